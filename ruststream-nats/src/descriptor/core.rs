@@ -1,0 +1,94 @@
+use std::any::Any;
+
+use ruststream::registration::DescriptorInfo;
+use ruststream::settle::DeliveryModel;
+use ruststream::{Descriptor, NonZeroDuration, WithHandler};
+
+use super::JetStreamOnly;
+
+/// One Core NATS subject: at-most-once delivery, nothing to acknowledge.
+///
+/// A string literal in `#[subscriber("orders.shipped")]` is a `CoreSubject`. A retry copy of a
+/// Core message is published back to this subject.
+///
+/// ```
+/// use ruststream_nats::CoreSubject;
+///
+/// let notices = CoreSubject::new("orders.shipped").queue_group("mailers");
+/// assert_eq!(notices.subject(), "orders.shipped");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoreSubject {
+    subject: String,
+    queue_group: Option<String>,
+}
+
+impl CoreSubject {
+    /// Reads `subject`.
+    pub fn new(subject: impl Into<String>) -> Self {
+        Self {
+            subject: subject.into(),
+            queue_group: None,
+        }
+    }
+
+    /// Shares the subject with the other members of queue group `name`: each message goes to
+    /// one of them.
+    pub fn queue_group(mut self, name: impl Into<String>) -> Self {
+        self.queue_group = Some(name.into());
+        self
+    }
+
+    /// Pairs the descriptor with a manual handler, for `b.include(..)`.
+    pub fn handler<H>(self, handler: H) -> WithHandler<Self, H> {
+        WithHandler::new(self, handler)
+    }
+
+    /// The subject.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// The queue group, if any.
+    pub fn group(&self) -> Option<&str> {
+        self.queue_group.as_deref()
+    }
+
+    #[doc(hidden)]
+    pub fn durable(self, _name: impl Into<String>) -> Self
+    where
+        Self: JetStreamOnly,
+    {
+        self
+    }
+
+    #[doc(hidden)]
+    pub fn ack_wait(self, _wait: NonZeroDuration) -> Self
+    where
+        Self: JetStreamOnly,
+    {
+        self
+    }
+
+    #[doc(hidden)]
+    pub fn max_ack_pending(self, _n: i64) -> Self
+    where
+        Self: JetStreamOnly,
+    {
+        self
+    }
+}
+
+impl Descriptor for CoreSubject {
+    fn info(&self) -> DescriptorInfo {
+        let mut info =
+            DescriptorInfo::new(DeliveryModel::Core, &self.subject).with_copy_target(&self.subject);
+        info.queue_group = self.queue_group.clone();
+        info.kind = "CoreSubject";
+        info
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,20 @@
+//! Where a registration's messages come from: a Core subject, a Core pattern, or a JetStream
+//! stream read through a pull consumer.
+
+mod core;
+mod jetstream;
+mod wildcard;
+
+pub use self::core::CoreSubject;
+pub use self::jetstream::{DeliverPolicy, JetStreamSubject};
+pub use self::wildcard::CoreWildcard;
+
+/// A JetStream-only option called on a Core descriptor. Never implemented: using one is a
+/// compile error that says what to write instead.
+#[diagnostic::on_unimplemented(
+    message = "this is a JetStream option; `{Self}` reads a Core NATS subject, which has no stream and no consumer",
+    label = "not available on a Core descriptor",
+    note = "read the subject from a stream: `JetStreamSubject::new(subject, stream).durable(..).ack_wait(..)`"
+)]
+#[doc(hidden)]
+pub trait JetStreamOnly {}

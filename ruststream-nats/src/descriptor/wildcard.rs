@@ -1,0 +1,85 @@
+use std::any::Any;
+
+use ruststream::registration::DescriptorInfo;
+use ruststream::settle::DeliveryModel;
+use ruststream::{Descriptor, NonZeroDuration, WithHandler};
+
+use super::JetStreamOnly;
+
+/// A Core NATS pattern (`orders.*`, `orders.>`): many subjects, at-most-once delivery.
+///
+/// A pattern publishes to none of its subjects, so a registration that retries on it names
+/// where a copy goes with `.retry_to(subject)`, or the app refuses to start.
+///
+/// ```
+/// use ruststream_nats::CoreWildcard;
+///
+/// let orders = CoreWildcard::new("orders.*");
+/// assert_eq!(orders.pattern(), "orders.*");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoreWildcard {
+    pattern: String,
+    queue_group: Option<String>,
+}
+
+impl CoreWildcard {
+    /// Reads every subject matching `pattern`.
+    pub fn new(pattern: impl Into<String>) -> Self {
+        Self {
+            pattern: pattern.into(),
+            queue_group: None,
+        }
+    }
+
+    /// Shares the pattern with the other members of queue group `name`.
+    pub fn queue_group(mut self, name: impl Into<String>) -> Self {
+        self.queue_group = Some(name.into());
+        self
+    }
+
+    /// Pairs the descriptor with a manual handler, for `b.include(..)`.
+    pub fn handler<H>(self, handler: H) -> WithHandler<Self, H> {
+        WithHandler::new(self, handler)
+    }
+
+    /// The pattern.
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
+    /// The queue group, if any.
+    pub fn group(&self) -> Option<&str> {
+        self.queue_group.as_deref()
+    }
+
+    #[doc(hidden)]
+    pub fn durable(self, _name: impl Into<String>) -> Self
+    where
+        Self: JetStreamOnly,
+    {
+        self
+    }
+
+    #[doc(hidden)]
+    pub fn ack_wait(self, _wait: NonZeroDuration) -> Self
+    where
+        Self: JetStreamOnly,
+    {
+        self
+    }
+}
+
+impl Descriptor for CoreWildcard {
+    fn info(&self) -> DescriptorInfo {
+        let mut info = DescriptorInfo::new(DeliveryModel::Core, &self.pattern);
+        info.wildcard = true;
+        info.queue_group = self.queue_group.clone();
+        info.kind = "CoreWildcard";
+        info
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,109 @@
+//! The seam between the runtime and a broker crate.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::error::Error;
+use crate::registration::{Endpoint, RegistrationInfo};
+
+/// A message broker the app connects to: NATS, for one.
+///
+/// A broker records its configuration when built and connects only in [`Broker::start`].
+pub trait Broker: Send + 'static {
+    /// A short name for logs and `describe`: `nats`.
+    fn kind(&self) -> &'static str;
+
+    /// Where the broker is, safe to print (no credentials).
+    fn address(&self) -> String;
+
+    /// Refuses registrations the broker cannot run, before anything connects.
+    fn validate(&self, registrations: &[RegistrationInfo]) -> Result<(), Error>;
+
+    /// Connects, opens every endpoint and starts handing it deliveries.
+    fn start(
+        self: Box<Self>,
+        endpoints: Vec<Endpoint>,
+        env: Env,
+    ) -> BoxFuture<'static, Result<Box<dyn RunningBroker>, Error>>;
+}
+
+/// A started broker.
+pub trait RunningBroker: Send {
+    /// Stops taking deliveries, lets handlers in flight finish (up to the drain timeout), sends
+    /// their settlements, flushes and closes.
+    fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>>;
+}
+
+/// The environment an app starts in: the drain timeout, an observer for tests, and typed
+/// values a broker may look for (an in-process transport, for one).
+#[derive(Clone)]
+pub struct Env {
+    values: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+    observer: Option<Arc<dyn crate::app::Observer>>,
+    drain_timeout: Duration,
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Self {
+            values: HashMap::new(),
+            observer: None,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl fmt::Debug for Env {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Env")
+            .field("values", &self.values.len())
+            .field("observer", &self.observer.is_some())
+            .field("drain_timeout", &self.drain_timeout)
+            .finish()
+    }
+}
+
+impl Env {
+    /// The production environment.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a typed value for brokers to find.
+    pub fn with<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.values.insert(TypeId::of::<T>(), Arc::new(value));
+        self
+    }
+
+    /// A typed value, if one was added.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.values.get(&TypeId::of::<T>())?.downcast_ref()
+    }
+
+    /// Sets the observer told of every handled delivery.
+    pub fn with_observer(mut self, observer: Arc<dyn crate::app::Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The observer, if any.
+    pub fn observer(&self) -> Option<&Arc<dyn crate::app::Observer>> {
+        self.observer.as_ref()
+    }
+
+    /// Sets how long a stop waits for handlers in flight.
+    pub fn with_drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
+        self
+    }
+
+    /// How long a stop waits for handlers in flight.
+    pub fn drain_timeout(&self) -> Duration {
+        self.drain_timeout
+    }
+}

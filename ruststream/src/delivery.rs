@@ -1,0 +1,243 @@
+//! One message as a broker handed it to the runtime, in terms every broker shares.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// Message headers: an ordered list of name and value pairs; a name may repeat.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Headers {
+    entries: Vec<(Arc<str>, Arc<str>)>,
+}
+
+impl Headers {
+    /// No headers.
+    pub const fn new() -> Self {
+        Self {
+            entries: Vec::new(),
+        }
+    }
+
+    /// The first value of `name`, compared case-sensitively as NATS does.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|(n, _)| &**n == name)
+            .map(|(_, v)| &**v)
+    }
+
+    /// Every value of `name`.
+    pub fn get_all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.entries
+            .iter()
+            .filter(move |(n, _)| &**n == name)
+            .map(|(_, v)| &**v)
+    }
+
+    /// Adds a value to `name`, keeping the ones already there.
+    pub fn append(&mut self, name: impl Into<Arc<str>>, value: impl Into<Arc<str>>) {
+        self.entries.push((name.into(), value.into()));
+    }
+
+    /// Sets `name` to one value, replacing any others.
+    pub fn insert(&mut self, name: impl Into<Arc<str>>, value: impl Into<Arc<str>>) {
+        let name = name.into();
+        self.entries.retain(|(n, _)| *n != name);
+        self.entries.push((name, value.into()));
+    }
+
+    /// Removes every value of `name`.
+    pub fn remove(&mut self, name: &str) {
+        self.entries.retain(|(n, _)| &**n != name);
+    }
+
+    /// Every pair, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.entries.iter().map(|(n, v)| (&**n, &**v))
+    }
+
+    /// Whether there are no headers.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// How many pairs there are.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+impl fmt::Debug for Headers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<N: Into<Arc<str>>, V: Into<Arc<str>>> FromIterator<(N, V)> for Headers {
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(iter: I) -> Self {
+        Self {
+            entries: iter
+                .into_iter()
+                .map(|(n, v)| (n.into(), v.into()))
+                .collect(),
+        }
+    }
+}
+
+/// Typed values a broker attaches to a delivery (a stream sequence, a consumer name), read with
+/// [`Delivery::extension`] or a broker's own [`Key`](crate::Key).
+#[derive(Default)]
+pub struct Extensions {
+    map: Option<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+}
+
+impl Extensions {
+    /// Stores `value`, replacing one of the same type.
+    pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        self.map
+            .get_or_insert_with(HashMap::new)
+            .insert(TypeId::of::<T>(), Box::new(value));
+    }
+
+    /// The stored value of type `T`.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.map
+            .as_ref()?
+            .get(&TypeId::of::<T>())
+            .and_then(|v| v.downcast_ref())
+    }
+}
+
+impl fmt::Debug for Extensions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.map.as_ref().map_or(0, HashMap::len);
+        write!(f, "Extensions({n})")
+    }
+}
+
+/// One message as it arrived, with the facts the runtime and the extractors need.
+#[derive(Debug)]
+pub struct Delivery {
+    subject: Arc<str>,
+    payload: Bytes,
+    headers: Headers,
+    reply: Option<Arc<str>>,
+    delivered: Option<u64>,
+    attempt: NonZeroU32,
+    extensions: Extensions,
+}
+
+impl Delivery {
+    /// A delivery on `subject`, first attempt, no server-side count.
+    pub fn new(subject: impl Into<Arc<str>>, payload: Bytes) -> Self {
+        Self {
+            subject: subject.into(),
+            payload,
+            headers: Headers::new(),
+            reply: None,
+            delivered: None,
+            attempt: NonZeroU32::MIN,
+            extensions: Extensions::default(),
+        }
+    }
+
+    /// Sets the headers.
+    pub fn with_headers(mut self, headers: Headers) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Sets the reply subject the publisher asked for.
+    pub fn with_reply(mut self, reply: Option<Arc<str>>) -> Self {
+        self.reply = reply;
+        self
+    }
+
+    /// Sets the server's delivery count (JetStream).
+    pub fn with_delivered(mut self, delivered: Option<u64>) -> Self {
+        self.delivered = delivered;
+        self
+    }
+
+    /// Sets the attempt number the cap counts.
+    pub fn with_attempt(mut self, attempt: NonZeroU32) -> Self {
+        self.attempt = attempt;
+        self
+    }
+
+    /// The subject the message arrived on.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+
+    /// The subject as a shared string.
+    pub fn subject_arc(&self) -> &Arc<str> {
+        &self.subject
+    }
+
+    /// The payload bytes, as they arrived.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// The headers, as they arrived.
+    pub fn headers(&self) -> &Headers {
+        &self.headers
+    }
+
+    /// The reply subject the publisher asked for, if any.
+    pub fn reply(&self) -> Option<&str> {
+        self.reply.as_deref()
+    }
+
+    /// The server's delivery count: `Some(1)` on a first JetStream delivery, `None` on Core.
+    pub fn delivered(&self) -> Option<u64> {
+        self.delivered
+    }
+
+    /// The attempt number the cap counts; the first delivery is 1.
+    pub fn attempt(&self) -> NonZeroU32 {
+        self.attempt
+    }
+
+    /// The broker's typed extras.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// The broker's typed extras, to add to.
+    pub fn extensions_mut(&mut self) -> &mut Extensions {
+        &mut self.extensions
+    }
+
+    /// One typed extra.
+    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.extensions.get()
+    }
+}
+
+/// A message to publish.
+#[derive(Debug, Clone)]
+pub struct OutboundMessage {
+    /// Where it goes.
+    pub subject: Arc<str>,
+    /// Its headers.
+    pub headers: Headers,
+    /// Its encoded payload.
+    pub payload: Bytes,
+}
+
+impl OutboundMessage {
+    /// A message with no headers.
+    pub fn new(subject: impl Into<Arc<str>>, payload: Bytes) -> Self {
+        Self {
+            subject: subject.into(),
+            headers: Headers::new(),
+            payload,
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The errors of the runtime: one type per operation, each with a `kind()` to match on.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// A boxed error from a layer below (a broker client, a user's startup hook).
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// Why an app could not start, or stopped with an error.
+///
+/// Match on [`Error::kind`]; the message is for people.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    source: Option<BoxError>,
+}
+
+/// What went wrong, broadly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A registration or broker setting is invalid; nothing was connected.
+    Config,
+    /// The broker could not be reached or refused the connection.
+    Connect,
+    /// The broker refused a subscription, a stream or a consumer.
+    Broker,
+    /// A user's `on_startup` hook failed.
+    Startup,
+    /// A user's `on_shutdown` hook failed, or a drain did not finish.
+    Shutdown,
+    /// The process could not set up its runtime or signals.
+    Runtime,
+}
+
+impl Error {
+    /// An error of `kind` with a message that says what happened and what to do.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the lower-level error that caused this one.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// What went wrong, broadly.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+/// Settling a delivery failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AckError {
+    /// The delivery model settles nothing: Core NATS keeps no message and takes no
+    /// acknowledgement.
+    #[error("this delivery cannot be settled: the subscription's model acknowledges nothing")]
+    Unsupported,
+    /// The acknowledgement could not be sent, or the server did not confirm it.
+    #[error("the acknowledgement was not delivered to the server")]
+    Failed(#[source] BoxError),
+}
+
+/// Publishing a message failed.
+#[derive(Debug, thiserror::Error)]
+#[error("publishing to `{subject}` failed ({kind:?})")]
+pub struct PublishError {
+    kind: PublishErrorKind,
+    subject: String,
+    #[source]
+    source: Option<BoxError>,
+}
+
+/// Why a publish failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PublishErrorKind {
+    /// The value could not be encoded.
+    Encode,
+    /// The broker did not take the message (connection lost, no stream, timeout).
+    Broker,
+    /// The subject is not a valid subject to publish to.
+    InvalidSubject,
+}
+
+impl PublishError {
+    /// A publish error of `kind` about `subject`.
+    pub fn new(kind: PublishErrorKind, subject: impl Into<String>) -> Self {
+        Self {
+            kind,
+            subject: subject.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the lower-level cause.
+    pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.source = Some(source.into());
+        self
+    }
+
+    /// Why the publish failed.
+    pub fn kind(&self) -> PublishErrorKind {
+        self.kind
+    }
+
+    /// The subject the message was meant for.
+    pub fn subject(&self) -> &str {
+        &self.subject
+    }
+}

@@ -1,0 +1,212 @@
+//! Handlers: the manual [`Handle`] trait that `#[subscriber]` also implements, what a handler
+//! publishes ([`Outs`], [`Publisher`]), and batches.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+
+use crate::context::Context;
+use crate::delivery::Delivery;
+use crate::error::PublishError;
+use crate::outcome::HandlerOutcome;
+use crate::outgoing::Outgoing;
+
+/// A handler for one message of type `In`, written by hand.
+///
+/// `#[subscriber]` writes this impl for an `async fn`; writing it yourself reaches the same
+/// runtime. `Outs` is what the handler publishes (`()` for nothing, [`Publisher<T>`] for an
+/// [`Outgoing`] type, or a tuple of them); `S` is the app state it reads through
+/// [`Context::state`]. Returning `Ok(())` acknowledges the message.
+///
+/// ```
+/// use ruststream::{Context, Handle, HandlerOutcome};
+///
+/// struct Shipped {
+///     id: u64,
+/// }
+///
+/// struct Notify;
+///
+/// impl Handle<Shipped> for Notify {
+///     async fn handle(
+///         &self,
+///         order: &Shipped,
+///         _outs: &(),
+///         _ctx: &mut Context<'_>,
+///     ) -> Result<(), HandlerOutcome> {
+///         if order.id == 0 {
+///             return Err(HandlerOutcome::drop());
+///         }
+///         Ok(())
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not handle `{In}` with outputs `{Outs}` and state `{S}`",
+    label = "not a handler for this registration",
+    note = "implement `Handle<{In}, {Outs}, {S}>` for it, or mark an `async fn` with `#[subscriber(..)]`"
+)]
+pub trait Handle<In: ?Sized, Outs = (), S = ()>: Send + Sync + 'static {
+    /// Handles one message; `Ok(())` acknowledges it, `Err(outcome)` settles it with `outcome`.
+    fn handle(
+        &self,
+        input: &In,
+        outs: &Outs,
+        ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send;
+}
+
+/// What a batch handler says: one outcome for the whole batch, or one per message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BatchOutcome {
+    /// Every message of the batch is settled with this outcome.
+    All(HandlerOutcome),
+    /// Message `i` is settled with outcome `i`; the lengths must match.
+    Each(Vec<HandlerOutcome>),
+}
+
+impl From<HandlerOutcome> for BatchOutcome {
+    fn from(value: HandlerOutcome) -> Self {
+        Self::All(value)
+    }
+}
+
+impl From<Vec<HandlerOutcome>> for BatchOutcome {
+    fn from(value: Vec<HandlerOutcome>) -> Self {
+        Self::Each(value)
+    }
+}
+
+/// A batch as its handler sees it: the deliveries, in the order of the payloads.
+pub struct BatchContext<'a> {
+    deliveries: Vec<&'a Delivery>,
+    state: &'a (dyn std::any::Any + Send + Sync),
+    publisher: &'a dyn crate::Publish,
+    registration: &'a str,
+}
+
+impl<'a> BatchContext<'a> {
+    /// A batch context over `deliveries`.
+    pub fn new(
+        deliveries: Vec<&'a Delivery>,
+        state: &'a (dyn std::any::Any + Send + Sync),
+        publisher: &'a dyn crate::Publish,
+        registration: &'a str,
+    ) -> Self {
+        Self {
+            deliveries,
+            state,
+            publisher,
+            registration,
+        }
+    }
+
+    /// How many messages the batch holds.
+    pub fn len(&self) -> usize {
+        self.deliveries.len()
+    }
+
+    /// Whether the batch is empty (never, when the runtime calls a handler).
+    pub fn is_empty(&self) -> bool {
+        self.deliveries.is_empty()
+    }
+
+    /// The context of message `index`.
+    pub fn context(&self, index: usize) -> Option<Context<'a>> {
+        let delivery = self.deliveries.get(index)?;
+        Some(Context::new(
+            delivery,
+            self.state,
+            self.publisher,
+            self.registration,
+        ))
+    }
+
+    /// The app state, when it is of type `S`.
+    pub fn state<S: 'static>(&self) -> Option<&'a S> {
+        self.state.downcast_ref()
+    }
+}
+
+impl fmt::Debug for BatchContext<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchContext")
+            .field("registration", &self.registration)
+            .field("len", &self.deliveries.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A handler for batches of `In`, fetched together from a JetStream consumer.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not handle batches of `{In}`",
+    note = "implement `HandleBatch<{In}, {Outs}, {S}>`, or mark an `async fn` taking `&[{In}]` with `#[subscriber(..)]`"
+)]
+pub trait HandleBatch<In, Outs = (), S = ()>: Send + Sync + 'static {
+    /// Handles the batch.
+    fn handle_batch(
+        &self,
+        input: &[In],
+        outs: &Outs,
+        ctx: &mut BatchContext<'_>,
+    ) -> impl Future<Output = BatchOutcome> + Send;
+}
+
+/// What a handler publishes besides settling: built once per registration.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a set of handler outputs",
+    note = "use `()` for a handler that publishes nothing, `Publisher<T>` for an `Outgoing` type `T`, or a tuple of them"
+)]
+pub trait Outs: Default + Send + Sync + 'static {
+    /// The subjects these outputs publish to, for `describe`.
+    fn subjects() -> Vec<&'static str> {
+        Vec::new()
+    }
+}
+
+impl Outs for () {}
+
+impl<A: Outs, B: Outs> Outs for (A, B) {
+    fn subjects() -> Vec<&'static str> {
+        let mut s = A::subjects();
+        s.extend(B::subjects());
+        s
+    }
+}
+
+impl<A: Outs, B: Outs, C: Outs> Outs for (A, B, C) {
+    fn subjects() -> Vec<&'static str> {
+        let mut s = A::subjects();
+        s.extend(B::subjects());
+        s.extend(C::subjects());
+        s
+    }
+}
+
+/// Publishes `T` to its `#[outgoing(name)]` subject: the output of a `reply` handler.
+pub struct Publisher<T>(PhantomData<fn(&T)>);
+
+impl<T> Default for Publisher<T> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<T> fmt::Debug for Publisher<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Publisher<{}>", std::any::type_name::<T>())
+    }
+}
+
+impl<T: Outgoing> Publisher<T> {
+    /// Publishes `value`; resolves once the broker took it.
+    pub async fn publish(&self, ctx: &Context<'_>, value: &T) -> Result<(), PublishError> {
+        ctx.publish(value).await
+    }
+}
+
+impl<T: Outgoing + 'static> Outs for Publisher<T> {
+    fn subjects() -> Vec<&'static str> {
+        vec![T::SUBJECT]
+    }
+}

@@ -1,0 +1,48 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod app;
+pub mod broker;
+pub mod codec;
+mod context;
+mod delivery;
+mod duration;
+mod error;
+mod extract;
+mod handler;
+mod outcome;
+mod outgoing;
+mod publish;
+pub mod registration;
+pub mod settle;
+
+pub use app::{App, AppInfo, Handling, Observer, RunningApp, RustStream, Scope};
+pub use broker::{Broker, Env, RunningBroker};
+pub use context::Context;
+pub use delivery::{Delivery, Extensions, Headers, OutboundMessage};
+pub use duration::{NonZeroDuration, ZeroDuration};
+pub use error::{AckError, BoxError, Error, ErrorKind, PublishError, PublishErrorKind};
+pub use extract::{
+    Attempt, Ctx, Delivered, FromContext, FromRef, Key, MessageHeaders, Rejection, State, Subject,
+};
+pub use handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs, Publisher};
+pub use outcome::HandlerOutcome;
+pub use outgoing::Outgoing;
+pub use publish::Publish;
+pub use registration::{Descriptor, Endpoint, Mount, Registration, WithHandler};
+
+pub use ruststream_macros::{FromRef, Outgoing, app, nonzero, subscriber};
+
+/// Every name a service uses, in one glob.
+pub mod prelude {
+    pub use crate::{AckError, Error};
+    pub use crate::{
+        App, AppInfo, Attempt, BatchOutcome, Context, Ctx, Delivered, FromRef, Handle, HandleBatch,
+        HandlerOutcome, NonZeroDuration, Outgoing, Publisher, RustStream, State, Subject, nonzero,
+        subscriber,
+    };
+}
+
+/// What the macros expand to. Not a public API: it may change in any release.
+#[doc(hidden)]
+pub mod __private;

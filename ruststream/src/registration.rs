@@ -1,0 +1,640 @@
+//! Registrations: a descriptor (where messages come from), a handler, and the mount site's
+//! policy (cap, dead letter, retry target, concurrency). Plain data until the app starts.
+
+use std::any::Any;
+use std::fmt;
+use std::marker::PhantomData;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde::de::DeserializeOwned;
+
+use crate::codec::{Codec, Json};
+use crate::context::Context;
+use crate::delivery::Delivery;
+use crate::handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs};
+use crate::outcome::HandlerOutcome;
+use crate::publish::Publish;
+use crate::settle::{self, Decision, DeliveryModel, Facts};
+
+/// Where a registration's messages come from: a subject, a pattern, a stream consumer.
+///
+/// Each broker crate has its own descriptors; a string literal is a subject on the broker's
+/// plainest model (Core NATS for NATS).
+pub trait Descriptor: Send + Sync + fmt::Debug + 'static {
+    /// What `describe` and startup checks need to know.
+    fn info(&self) -> DescriptorInfo;
+    /// The descriptor as `Any`, for its broker to recognise it.
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl Descriptor for &'static str {
+    fn info(&self) -> DescriptorInfo {
+        DescriptorInfo::new(DeliveryModel::Core, *self).with_copy_target(*self)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A descriptor's facts, broker-neutral.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DescriptorInfo {
+    /// The delivery model, which decides settlement.
+    pub model: DeliveryModel,
+    /// The subject or pattern read.
+    pub subject: String,
+    /// Whether `subject` is a pattern matching many subjects.
+    pub wildcard: bool,
+    /// The queue group sharing the subscription, if any.
+    pub queue_group: Option<String>,
+    /// The stream read from (JetStream).
+    pub stream: Option<String>,
+    /// The consumer, when durable (JetStream).
+    pub consumer: Option<String>,
+    /// How long the server waits for a settlement (JetStream).
+    pub ack_wait: Option<Duration>,
+    /// Where a Core copy goes when the registration names none.
+    pub copy_target: Option<String>,
+    /// What kind of descriptor this is, as its type is called.
+    pub kind: &'static str,
+}
+
+impl DescriptorInfo {
+    /// Facts of a descriptor reading `subject` under `model`.
+    pub fn new(model: DeliveryModel, subject: impl Into<String>) -> Self {
+        Self {
+            model,
+            subject: subject.into(),
+            wildcard: false,
+            queue_group: None,
+            stream: None,
+            consumer: None,
+            ack_wait: None,
+            copy_target: None,
+            kind: "subject",
+        }
+    }
+
+    /// Sets where a Core copy goes by default.
+    pub fn with_copy_target(mut self, target: impl Into<String>) -> Self {
+        self.copy_target = Some(target.into());
+        self
+    }
+}
+
+/// What a payload that does not decode becomes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UndecodablePolicy {
+    /// To the dead-letter subject when one is declared, else ended (`+TERM` on JetStream).
+    #[default]
+    DeadLetterOrDrop,
+}
+
+/// The mount site's policy for a registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Policy {
+    /// The cap on attempts; the first delivery counts as one.
+    pub max_attempts: Option<NonZeroU32>,
+    /// Where a spent or undecodable message goes, as it arrived.
+    pub dead_letter: Option<String>,
+    /// Where a Core retry copy is published (required for a pattern).
+    pub retry_to: Option<String>,
+    /// How many deliveries are handled at once.
+    pub concurrency: NonZeroUsize,
+    /// What an undecodable payload becomes.
+    pub undecodable: UndecodablePolicy,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            max_attempts: None,
+            dead_letter: None,
+            retry_to: None,
+            concurrency: NonZeroUsize::MIN,
+            undecodable: UndecodablePolicy::default(),
+        }
+    }
+}
+
+/// A registration's facts, for `describe` and startup checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RegistrationInfo {
+    /// The registration's name (the handler function's name by default).
+    pub name: String,
+    /// The descriptor's facts.
+    pub descriptor: DescriptorInfo,
+    /// The mount site's policy.
+    pub policy: Policy,
+    /// Whether the handler takes batches.
+    pub batch: bool,
+    /// The subjects the handler publishes to.
+    pub publishes: Vec<&'static str>,
+}
+
+impl RegistrationInfo {
+    /// Where a Core copy of this registration goes: `retry_to`, else the descriptor's own.
+    pub fn copy_target(&self) -> Option<&str> {
+        self.policy
+            .retry_to
+            .as_deref()
+            .or(self.descriptor.copy_target.as_deref())
+    }
+}
+
+/// What came of handing one delivery to its handler.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Handled {
+    /// The handler (or an extractor) returned this outcome.
+    Outcome(HandlerOutcome),
+    /// The payload did not decode; the handler did not run.
+    Undecodable(String),
+    /// The handler panicked; treated as `retry()` under the cap.
+    Panicked(String),
+    /// Nothing settles the delivery (a batch whose outcomes did not match its length).
+    NoOutcome(String),
+}
+
+impl Handled {
+    /// The outcome the settlement decision starts from, if any.
+    pub fn outcome(&self) -> Option<&HandlerOutcome> {
+        match self {
+            Self::Outcome(o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
+type SingleFn<S> = dyn for<'a> Fn(&'a Delivery, Arc<S>, &'a dyn Publish, &'a str) -> BoxFuture<'a, Handled>
+    + Send
+    + Sync;
+type BatchFn<S> = dyn for<'a> Fn(&'a [&'a Delivery], Arc<S>, &'a dyn Publish, &'a str) -> BoxFuture<'a, Vec<Handled>>
+    + Send
+    + Sync;
+
+enum HandlerKind<S> {
+    Single(Arc<SingleFn<S>>),
+    Batch(Arc<BatchFn<S>>),
+}
+
+/// One mounted handler with its descriptor and policy, as `b.include(..)` returns it.
+///
+/// ```ignore
+/// b.include(refresh).max_attempts(nonzero!(3)).dead_letter("payments.dead");
+/// ```
+pub struct Registration<S> {
+    name: String,
+    descriptor: Arc<dyn Descriptor>,
+    handler: HandlerKind<S>,
+    policy: Policy,
+    publishes: Vec<&'static str>,
+}
+
+impl<S> fmt::Debug for Registration<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registration")
+            .field("name", &self.name)
+            .field("descriptor", &self.descriptor)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Send + Sync + 'static> Registration<S> {
+    /// A registration of handler `H` for messages `In`, publishing `O`.
+    pub fn single<D, H, In, O>(name: impl Into<String>, descriptor: D, handler: H) -> Self
+    where
+        D: Descriptor,
+        H: Handle<In, O, S>,
+        In: DeserializeOwned + Send + Sync + 'static,
+        O: Outs,
+    {
+        let handler = Arc::new(handler);
+        let outs = Arc::new(O::default());
+        let call: Arc<SingleFn<S>> = Arc::new(move |delivery, state, publisher, name| {
+            let handler = Arc::clone(&handler);
+            let outs = Arc::clone(&outs);
+            Box::pin(async move {
+                let input: In = match Json.decode(delivery.payload()) {
+                    Ok(input) => input,
+                    Err(err) => return Handled::Undecodable(err.to_string()),
+                };
+                let state: &(dyn Any + Send + Sync) = &*state;
+                let mut ctx = Context::new(delivery, state, publisher, name);
+                let run = handler.handle(&input, &outs, &mut ctx);
+                match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+                    Ok(Ok(())) => Handled::Outcome(HandlerOutcome::Ack),
+                    Ok(Err(outcome)) => Handled::Outcome(outcome),
+                    Err(panic) => Handled::Panicked(panic_message(panic.as_ref())),
+                }
+            })
+        });
+        Self {
+            name: name.into(),
+            descriptor: Arc::new(descriptor),
+            handler: HandlerKind::Single(call),
+            policy: Policy::default(),
+            publishes: O::subjects(),
+        }
+    }
+
+    /// A registration of batch handler `H` for messages `In`, publishing `O`.
+    pub fn batch<D, H, In, O>(name: impl Into<String>, descriptor: D, handler: H) -> Self
+    where
+        D: Descriptor,
+        H: HandleBatch<In, O, S>,
+        In: DeserializeOwned + Send + Sync + 'static,
+        O: Outs,
+    {
+        let handler = Arc::new(handler);
+        let outs = Arc::new(O::default());
+        let call: Arc<BatchFn<S>> = Arc::new(move |deliveries, state, publisher, name| {
+            let handler = Arc::clone(&handler);
+            let outs = Arc::clone(&outs);
+            Box::pin(async move {
+                let mut results: Vec<Option<Handled>> = vec![None; deliveries.len()];
+                let mut inputs = Vec::with_capacity(deliveries.len());
+                let mut decoded = Vec::with_capacity(deliveries.len());
+                for (i, delivery) in deliveries.iter().enumerate() {
+                    match Json.decode::<In>(delivery.payload()) {
+                        Ok(v) => {
+                            inputs.push(v);
+                            decoded.push(i);
+                        }
+                        Err(err) => results[i] = Some(Handled::Undecodable(err.to_string())),
+                    }
+                }
+                if !inputs.is_empty() {
+                    let state: &(dyn Any + Send + Sync) = &*state;
+                    let batch: Vec<&Delivery> = decoded.iter().map(|&i| deliveries[i]).collect();
+                    let mut ctx = BatchContext::new(batch, state, publisher, name);
+                    let run = handler.handle_batch(&inputs, &outs, &mut ctx);
+                    let per = match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+                        Ok(outcome) => batch_results(outcome, decoded.len()),
+                        Err(panic) => {
+                            vec![Handled::Panicked(panic_message(panic.as_ref())); decoded.len()]
+                        }
+                    };
+                    for (slot, handled) in decoded.into_iter().zip(per) {
+                        results[slot] = Some(handled);
+                    }
+                }
+                results
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|| Handled::NoOutcome("not handled".into())))
+                    .collect()
+            })
+        });
+        Self {
+            name: name.into(),
+            descriptor: Arc::new(descriptor),
+            handler: HandlerKind::Batch(call),
+            policy: Policy::default(),
+            publishes: O::subjects(),
+        }
+    }
+}
+
+fn batch_results(outcome: BatchOutcome, len: usize) -> Vec<Handled> {
+    match outcome {
+        BatchOutcome::All(o) => vec![Handled::Outcome(o); len],
+        BatchOutcome::Each(each) if each.len() == len => {
+            each.into_iter().map(Handled::Outcome).collect()
+        }
+        BatchOutcome::Each(each) => {
+            let reason = format!(
+                "the batch handler returned {} outcomes for {len} messages; nothing is settled and the server delivers the batch again after ack_wait",
+                each.len()
+            );
+            vec![Handled::NoOutcome(reason); len]
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_owned()
+    }
+}
+
+impl<S> Registration<S> {
+    /// Caps the attempts; the first delivery counts as one. At the cap a retry goes to the
+    /// dead-letter subject, or ends (`+TERM` on JetStream, let go on Core).
+    pub fn max_attempts(&mut self, attempts: NonZeroU32) -> &mut Self {
+        self.policy.max_attempts = Some(attempts);
+        self
+    }
+
+    /// Where a message goes, as it arrived, when its attempts are spent or it does not decode.
+    pub fn dead_letter(&mut self, subject: impl Into<String>) -> &mut Self {
+        self.policy.dead_letter = Some(subject.into());
+        self
+    }
+
+    /// Where a Core retry copy is published; required on a pattern (`CoreWildcard`).
+    pub fn retry_to(&mut self, subject: impl Into<String>) -> &mut Self {
+        self.policy.retry_to = Some(subject.into());
+        self
+    }
+
+    /// How many deliveries of this registration are handled at once (1 by default).
+    pub fn concurrency(&mut self, handlers: NonZeroUsize) -> &mut Self {
+        self.policy.concurrency = handlers;
+        self
+    }
+
+    /// Renames the registration (in logs, `describe` and test assertions).
+    pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The registration's facts.
+    pub fn info(&self) -> RegistrationInfo {
+        RegistrationInfo {
+            name: self.name.clone(),
+            descriptor: self.descriptor.info(),
+            policy: self.policy.clone(),
+            batch: matches!(self.handler, HandlerKind::Batch(_)),
+            publishes: self.publishes.clone(),
+        }
+    }
+}
+
+impl<S: Send + Sync + 'static> Registration<S> {
+    pub(crate) fn bind(
+        self,
+        state: Arc<S>,
+        observer: Option<Arc<dyn crate::app::Observer>>,
+    ) -> Endpoint {
+        let info = self.info();
+        let handler = match self.handler {
+            HandlerKind::Single(call) => {
+                let state = Arc::clone(&state);
+                let f: Arc<BoundSingle> =
+                    Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n));
+                BoundHandler::Single(f)
+            }
+            HandlerKind::Batch(call) => {
+                let f: Arc<BoundBatch> = Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n));
+                BoundHandler::Batch(f)
+            }
+        };
+        Endpoint {
+            name: Arc::from(self.name),
+            descriptor: self.descriptor,
+            info,
+            handler,
+            observer,
+        }
+    }
+}
+
+type BoundSingle =
+    dyn for<'a> Fn(&'a Delivery, &'a dyn Publish, &'a str) -> BoxFuture<'a, Handled> + Send + Sync;
+type BoundBatch = dyn for<'a> Fn(&'a [&'a Delivery], &'a dyn Publish, &'a str) -> BoxFuture<'a, Vec<Handled>>
+    + Send
+    + Sync;
+
+#[derive(Clone)]
+enum BoundHandler {
+    Single(Arc<BoundSingle>),
+    Batch(Arc<BoundBatch>),
+}
+
+/// A registration bound to the app state, as a broker runs it: hand it deliveries, get back
+/// what the handler said and the settlement decision to execute.
+#[derive(Clone)]
+pub struct Endpoint {
+    name: Arc<str>,
+    descriptor: Arc<dyn Descriptor>,
+    info: RegistrationInfo,
+    handler: BoundHandler,
+    observer: Option<Arc<dyn crate::app::Observer>>,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    /// The registration's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The descriptor, for its broker to recognise.
+    pub fn descriptor(&self) -> &dyn Descriptor {
+        &*self.descriptor
+    }
+
+    /// The registration's facts.
+    pub fn info(&self) -> &RegistrationInfo {
+        &self.info
+    }
+
+    /// The mount site's policy.
+    pub fn policy(&self) -> &Policy {
+        &self.info.policy
+    }
+
+    /// Whether the handler takes batches.
+    pub fn is_batch(&self) -> bool {
+        matches!(self.handler, BoundHandler::Batch(_))
+    }
+
+    /// The facts the settlement decision needs about `delivery`.
+    pub fn facts(&self, delivery: &Delivery) -> Facts {
+        Facts {
+            model: self.info.descriptor.model,
+            attempt: delivery.attempt(),
+            max_attempts: self.info.policy.max_attempts,
+            dead_letter: self.info.policy.dead_letter.is_some(),
+            copy_target: self.info.copy_target().is_some(),
+        }
+    }
+
+    /// What must happen to `delivery` after its handler said `handled`: the pure decision.
+    pub fn decide(&self, delivery: &Delivery, handled: &Handled) -> Decision {
+        let facts = self.facts(delivery);
+        match handled {
+            Handled::Outcome(outcome) => settle::decide(outcome, &facts),
+            Handled::Panicked(_) => settle::decide(&HandlerOutcome::Retry, &facts),
+            Handled::Undecodable(_) => settle::decide_undecodable(&facts),
+            Handled::NoOutcome(_) => Decision {
+                dead_letter: false,
+                copy: None,
+                settle: settle::Settle::Nothing,
+            },
+        }
+    }
+
+    /// Runs the handler on one delivery (panics caught) and decides its settlement.
+    ///
+    /// # Panics
+    ///
+    /// Never; a batch endpoint handed one delivery runs it as a batch of one.
+    pub async fn dispatch(
+        &self,
+        delivery: &Delivery,
+        publisher: &dyn Publish,
+    ) -> (Handled, Decision) {
+        let handled = match &self.handler {
+            BoundHandler::Single(call) => call(delivery, publisher, &self.name).await,
+            BoundHandler::Batch(call) => {
+                let one = [delivery];
+                call(&one, publisher, &self.name)
+                    .await
+                    .pop()
+                    .unwrap_or_else(|| Handled::NoOutcome("empty batch".into()))
+            }
+        };
+        let decision = self.decide(delivery, &handled);
+        self.observe(delivery, &handled, &decision);
+        (handled, decision)
+    }
+
+    /// Runs a batch handler on `deliveries` and decides each one's settlement.
+    pub async fn dispatch_batch(
+        &self,
+        deliveries: &[&Delivery],
+        publisher: &dyn Publish,
+    ) -> Vec<(Handled, Decision)> {
+        let handled = match &self.handler {
+            BoundHandler::Batch(call) => call(deliveries, publisher, &self.name).await,
+            BoundHandler::Single(call) => {
+                let mut out = Vec::with_capacity(deliveries.len());
+                for d in deliveries {
+                    out.push(call(d, publisher, &self.name).await);
+                }
+                out
+            }
+        };
+        deliveries
+            .iter()
+            .zip(handled)
+            .map(|(d, h)| {
+                let decision = self.decide(d, &h);
+                self.observe(d, &h, &decision);
+                (h, decision)
+            })
+            .collect()
+    }
+
+    fn observe(&self, delivery: &Delivery, handled: &Handled, decision: &Decision) {
+        if let Some(observer) = &self.observer {
+            observer.handled(&crate::app::Handling {
+                registration: &self.name,
+                delivery,
+                handled,
+                decision,
+            });
+        }
+    }
+}
+
+/// A descriptor with a handler, ready to mount: `CoreSubject::new("orders.shipped").handler(Notify)`.
+pub struct WithHandler<D, H> {
+    descriptor: D,
+    handler: H,
+}
+
+impl<D, H> WithHandler<D, H> {
+    /// Pairs `descriptor` with `handler`.
+    pub fn new(descriptor: D, handler: H) -> Self {
+        Self {
+            descriptor,
+            handler,
+        }
+    }
+}
+
+impl<D: fmt::Debug, H> fmt::Debug for WithHandler<D, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WithHandler")
+            .field("descriptor", &self.descriptor)
+            .field("handler", &std::any::type_name::<H>())
+            .finish()
+    }
+}
+
+/// Something `b.include(..)` mounts: a `#[subscriber]` function, or a descriptor with a
+/// handler. `Marker` only tells the impls apart.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be mounted in an app whose state is `{S}`",
+    label = "not a subscriber of this app",
+    note = "mount an `async fn` marked `#[subscriber(..)]`, or a descriptor with a handler: `CoreSubject::new(\"subject\").handler(MyHandler)` where `MyHandler: Handle<Payload, (), {S}>`"
+)]
+pub trait Mount<S, Marker>: Sized {
+    /// The registration.
+    fn mount(self) -> Registration<S>;
+}
+
+/// Marks a single-message manual handler mount.
+#[doc(hidden)]
+pub struct SingleMarker<In, O>(PhantomData<fn(In, O)>);
+/// Marks a batch manual handler mount.
+#[doc(hidden)]
+pub struct BatchMarker<In, O>(PhantomData<fn(In, O)>);
+
+impl<S, D, H, In, O> Mount<S, SingleMarker<In, O>> for WithHandler<D, H>
+where
+    S: Send + Sync + 'static,
+    D: Descriptor,
+    H: Handle<In, O, S>,
+    In: DeserializeOwned + Send + Sync + 'static,
+    O: Outs,
+{
+    fn mount(self) -> Registration<S> {
+        Registration::single(type_name_tail::<H>(), self.descriptor, self.handler)
+    }
+}
+
+impl<S, D, H, In, O> Mount<S, BatchMarker<In, O>> for WithHandler<D, H>
+where
+    S: Send + Sync + 'static,
+    D: Descriptor,
+    H: HandleBatch<In, O, S>,
+    In: DeserializeOwned + Send + Sync + 'static,
+    O: Outs,
+{
+    fn mount(self) -> Registration<S> {
+        Registration::batch(type_name_tail::<H>(), self.descriptor, self.handler)
+    }
+}
+
+fn type_name_tail<T>() -> String {
+    let full = std::any::type_name::<T>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_handler_names_are_their_type_names() {
+        struct Notify;
+        assert_eq!(type_name_tail::<Notify>(), "Notify");
+        assert_eq!(type_name_tail::<Vec<u8>>(), "Vec");
+    }
+}

@@ -1,0 +1,370 @@
+//! The settlement decision: what the runtime does with a delivery once its handler answered.
+//!
+//! [`decide`] turns a [`HandlerOutcome`] and the [`Facts`] of one delivery into a [`Decision`]:
+//! whether the delivery goes to the dead-letter subject, whether the runtime publishes a
+//! [`RetryCopy`] of it, and what it tells the server about the original. It is a pure
+//! function, with no I/O, no clock and no NATS types; the NATS crate executes the decision and
+//! turns an [`AckKind`] into bytes on the wire.
+//!
+//! | outcome | JetStream | Core NATS |
+//! | --- | --- | --- |
+//! | `ack()` | `+ACK` | `AckError::Unsupported` |
+//! | `retry()` | `-NAK`: sent again now, delivered + 1 | `AckError::Unsupported`; under a declared cap, a copy published at once |
+//! | `retry_after(d)` | `-NAK {"delay": ns}`: held for `d`, delivered + 1 | a copy published after `d` |
+//! | `drop()` | `+TERM` | `AckError::Unsupported` |
+//!
+//! The cap (`max_attempts`) counts the first delivery as one, and only a retry consults it. At the
+//! cap nothing comes back: the delivery goes to the dead-letter subject as it arrived when one is
+//! declared, and the original is then `+TERM`ed (JetStream) or let go (Core). A payload that does
+//! not decode is never retried ([`decide_undecodable`]).
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use crate::HandlerOutcome;
+
+#[cfg(test)]
+mod tests;
+
+/// What the delivery model can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeliveryModel {
+    /// A JetStream consumer: the server settles, counts deliveries and holds a delayed `-NAK`.
+    JetStream,
+    /// Core NATS: the server settles nothing, counts nothing and holds nothing.
+    Core,
+}
+
+/// An acknowledgement kind as the wire knows it.
+///
+/// [`Display`](fmt::Display) gives the wire form:
+///
+/// ```
+/// use ruststream::settle::AckKind;
+/// use std::time::Duration;
+///
+/// assert_eq!(AckKind::Ack.to_string(), "+ACK");
+/// assert_eq!(
+///     AckKind::NakAfter(Duration::from_secs(30)).to_string(),
+///     r#"-NAK {"delay": 30000000000}"#,
+/// );
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AckKind {
+    /// `+ACK`: processed; the server forgets the message for this consumer.
+    Ack,
+    /// `-NAK`: the server delivers the message again at once.
+    Nak,
+    /// `-NAK {"delay": ns}`: the server holds the message for the delay, then delivers it again.
+    NakAfter(Duration),
+    /// `+TERM`: the server never delivers the message again.
+    Term,
+}
+
+impl fmt::Display for AckKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Ack => f.write_str("+ACK"),
+            Self::Nak => f.write_str("-NAK"),
+            Self::NakAfter(delay) => write!(f, "-NAK {{\"delay\": {}}}", delay.as_nanos()),
+            Self::Term => f.write_str("+TERM"),
+        }
+    }
+}
+
+/// The facts of one delivery the decision depends on.
+///
+/// ```
+/// use ruststream::settle::{DeliveryModel, Facts};
+/// use std::num::NonZeroU32;
+///
+/// let cap = NonZeroU32::new(3).expect("3 is not zero");
+/// let first = Facts::core(NonZeroU32::MIN).with_cap(cap).with_copy_target();
+/// assert_eq!(first.model, DeliveryModel::Core);
+/// assert!(!first.is_at_cap());
+/// assert!(first.redelivered().redelivered().is_at_cap());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Facts {
+    /// The delivery model the message arrived through.
+    pub model: DeliveryModel,
+    /// Which delivery this is, the first counting as one: JetStream's delivered count, or on Core
+    /// one more than the copy's `x-ruststream-retry-count` header (1 without the header).
+    pub attempt: NonZeroU32,
+    /// The cap declared with `max_attempts`, counting the first delivery as one; `None`: no cap.
+    pub max_attempts: Option<NonZeroU32>,
+    /// Whether the registration declares a dead-letter subject.
+    pub dead_letter: bool,
+    /// Whether a Core copy has a subject to go to: a `CoreSubject`'s own subject, or the
+    /// `retry_to` of a `CoreWildcard` registration. JetStream never needs one.
+    pub copy_target: bool,
+}
+
+impl Facts {
+    /// The facts of a JetStream delivery: no cap, no dead letter, no copy target.
+    #[must_use]
+    pub const fn jetstream(attempt: NonZeroU32) -> Self {
+        Self::new(DeliveryModel::JetStream, attempt)
+    }
+
+    /// The facts of a Core delivery: no cap, no dead letter, no copy target.
+    #[must_use]
+    pub const fn core(attempt: NonZeroU32) -> Self {
+        Self::new(DeliveryModel::Core, attempt)
+    }
+
+    const fn new(model: DeliveryModel, attempt: NonZeroU32) -> Self {
+        Self {
+            model,
+            attempt,
+            max_attempts: None,
+            dead_letter: false,
+            copy_target: false,
+        }
+    }
+
+    /// The same facts under a cap of `max_attempts` deliveries, the first counting as one.
+    #[must_use]
+    pub const fn with_cap(self, max_attempts: NonZeroU32) -> Self {
+        Self {
+            max_attempts: Some(max_attempts),
+            ..self
+        }
+    }
+
+    /// The same facts with a dead-letter subject declared.
+    #[must_use]
+    pub const fn with_dead_letter(self) -> Self {
+        Self {
+            dead_letter: true,
+            ..self
+        }
+    }
+
+    /// The same facts with a subject for Core copies to go to.
+    #[must_use]
+    pub const fn with_copy_target(self) -> Self {
+        Self {
+            copy_target: true,
+            ..self
+        }
+    }
+
+    /// The facts of the next delivery of the same message: delivered + 1.
+    #[must_use]
+    pub const fn redelivered(self) -> Self {
+        Self {
+            attempt: self.attempt.saturating_add(1),
+            ..self
+        }
+    }
+
+    /// Whether this delivery is at the cap: a cap is declared and `attempt` reached it. Without a
+    /// cap a delivery is never at the cap.
+    #[must_use]
+    pub const fn is_at_cap(&self) -> bool {
+        match self.max_attempts {
+            Some(cap) => self.attempt.get() >= cap.get(),
+            None => false,
+        }
+    }
+}
+
+/// What to tell the server about the original delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Settle {
+    /// Send this acknowledgement; the server acts on it (JetStream).
+    Send(AckKind),
+    /// The model cannot settle: report `AckError::Unsupported` for this kind, logged (Core).
+    Unsupported(AckKind),
+    /// Send nothing.
+    Nothing,
+}
+
+/// A copy of the message the runtime publishes (Core only).
+///
+/// The copy carries the delivery's payload and headers, with `x-ruststream-retry-count` set to
+/// `retry_count`. It waits for `after` on a timer inside the process: a stop before the timer
+/// fires loses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RetryCopy {
+    /// How long the copy waits before it is published: zero for `retry()`, `d` for
+    /// `retry_after(d)`.
+    pub after: Duration,
+    /// The `x-ruststream-retry-count` header value the copy carries: the attempt it came from.
+    pub retry_count: u32,
+}
+
+impl RetryCopy {
+    /// The attempt the copy arrives as: one more than the attempt it came from.
+    #[must_use]
+    pub const fn attempt(&self) -> NonZeroU32 {
+        NonZeroU32::MIN.saturating_add(self.retry_count)
+    }
+}
+
+/// The whole decision, executed in this order: the dead-letter publish (if any; the original is
+/// settled only once that publish succeeded), the copy (if any), then the settlement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Decision {
+    /// Publish the delivery to the dead-letter subject as it arrived, payload and headers
+    /// unchanged, before the original is settled.
+    pub dead_letter: bool,
+    /// The copy the runtime publishes (Core only).
+    pub copy: Option<RetryCopy>,
+    /// What to tell the server about the original delivery.
+    pub settle: Settle,
+}
+
+impl Decision {
+    const fn settle(settle: Settle) -> Self {
+        Self {
+            dead_letter: false,
+            copy: None,
+            settle,
+        }
+    }
+
+    /// Whether the delivery goes to the dead-letter subject.
+    #[must_use]
+    pub const fn is_dead_letter(&self) -> bool {
+        self.dead_letter
+    }
+
+    /// Whether the message comes back: the runtime publishes a copy, or the server is sent a
+    /// `-NAK` and delivers it again.
+    ///
+    /// ```
+    /// use ruststream::HandlerOutcome;
+    /// use ruststream::settle::{Facts, decide};
+    /// use std::num::NonZeroU32;
+    ///
+    /// let once = Facts::jetstream(NonZeroU32::MIN).with_cap(NonZeroU32::MIN);
+    /// assert!(decide(&HandlerOutcome::retry(), &Facts::jetstream(NonZeroU32::MIN)).brings_back());
+    /// assert!(!decide(&HandlerOutcome::retry(), &once).brings_back());
+    /// ```
+    #[must_use]
+    pub const fn brings_back(&self) -> bool {
+        self.copy.is_some()
+            || matches!(
+                self.settle,
+                Settle::Send(AckKind::Nak | AckKind::NakAfter(_))
+            )
+    }
+}
+
+/// Decides what happens to a delivery whose handler answered `outcome`.
+///
+/// On JetStream the outcome becomes an acknowledgement the server acts on; on Core NATS the
+/// server settles nothing and a retry comes back only as a [`RetryCopy`] the runtime
+/// publishes. At the cap a retry brings nothing back: the delivery is dead-lettered when a
+/// dead-letter subject is declared, then `+TERM`ed (JetStream) or let go (Core).
+///
+/// ```
+/// use ruststream::HandlerOutcome;
+/// use ruststream::settle::{AckKind, Facts, Settle, decide};
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+///
+/// let cap = NonZeroU32::new(3).expect("3 is not zero");
+/// let busy = HandlerOutcome::retry_after(Duration::from_secs(30));
+///
+/// // Below the cap the server holds the message for the delay.
+/// let first = Facts::jetstream(NonZeroU32::MIN).with_cap(cap).with_dead_letter();
+/// let decision = decide(&busy, &first);
+/// assert_eq!(decision.settle, Settle::Send(AckKind::NakAfter(Duration::from_secs(30))));
+/// assert!(!decision.is_dead_letter());
+///
+/// // At the cap it goes to the dead-letter subject, then is terminated.
+/// let third = first.redelivered().redelivered();
+/// let decision = decide(&busy, &third);
+/// assert!(decision.is_dead_letter());
+/// assert_eq!(decision.settle, Settle::Send(AckKind::Term));
+/// ```
+#[must_use]
+pub fn decide(outcome: &HandlerOutcome, facts: &Facts) -> Decision {
+    match facts.model {
+        DeliveryModel::JetStream => decide_jetstream(outcome, facts),
+        DeliveryModel::Core => decide_core(outcome, facts),
+    }
+}
+
+/// A payload that does not decode: never retried (it would fail the same way forever).
+///
+/// The delivery goes to the dead-letter subject when one is declared; a JetStream delivery is then
+/// `+TERM`ed, a Core one let go.
+///
+/// ```
+/// use ruststream::settle::{AckKind, Facts, Settle, decide_undecodable};
+/// use std::num::NonZeroU32;
+///
+/// let decision = decide_undecodable(&Facts::jetstream(NonZeroU32::MIN).with_dead_letter());
+/// assert!(decision.is_dead_letter());
+/// assert_eq!(decision.settle, Settle::Send(AckKind::Term));
+/// assert!(!decision.brings_back());
+/// ```
+#[must_use]
+pub const fn decide_undecodable(facts: &Facts) -> Decision {
+    let settle = match facts.model {
+        DeliveryModel::JetStream => Settle::Send(AckKind::Term),
+        DeliveryModel::Core => Settle::Nothing,
+    };
+    Decision {
+        dead_letter: facts.dead_letter,
+        copy: None,
+        settle,
+    }
+}
+
+/// JetStream: the server settles, so every outcome is an acknowledgement and nothing is copied.
+fn decide_jetstream(outcome: &HandlerOutcome, facts: &Facts) -> Decision {
+    let nak = match *outcome {
+        HandlerOutcome::Ack => return Decision::settle(Settle::Send(AckKind::Ack)),
+        HandlerOutcome::Drop => return Decision::settle(Settle::Send(AckKind::Term)),
+        HandlerOutcome::Retry => AckKind::Nak,
+        HandlerOutcome::RetryAfter(delay) if delay.is_zero() => AckKind::Nak,
+        HandlerOutcome::RetryAfter(delay) => AckKind::NakAfter(delay),
+    };
+    if facts.is_at_cap() {
+        // The original is terminated only after the dead-letter publish succeeded.
+        Decision {
+            dead_letter: facts.dead_letter,
+            copy: None,
+            settle: Settle::Send(AckKind::Term),
+        }
+    } else {
+        Decision::settle(Settle::Send(nak))
+    }
+}
+
+/// Core: the server settles nothing, so a message comes back only as a copy the runtime publishes.
+fn decide_core(outcome: &HandlerOutcome, facts: &Facts) -> Decision {
+    let (after, settle) = match *outcome {
+        HandlerOutcome::Ack => return Decision::settle(Settle::Unsupported(AckKind::Ack)),
+        HandlerOutcome::Drop => return Decision::settle(Settle::Unsupported(AckKind::Term)),
+        // At most once: without a cap a plain retry brings nothing back.
+        HandlerOutcome::Retry if facts.max_attempts.is_none() => {
+            return Decision::settle(Settle::Unsupported(AckKind::Nak));
+        }
+        HandlerOutcome::Retry => (Duration::ZERO, Settle::Unsupported(AckKind::Nak)),
+        HandlerOutcome::RetryAfter(delay) => (delay, Settle::Nothing),
+    };
+    if facts.is_at_cap() {
+        Decision {
+            dead_letter: facts.dead_letter,
+            copy: None,
+            settle,
+        }
+    } else {
+        let copy = RetryCopy {
+            after,
+            retry_count: facts.attempt.get(),
+        };
+        Decision {
+            dead_letter: false,
+            copy: if facts.copy_target { Some(copy) } else { None },
+            settle,
+        }
+    }
+}
