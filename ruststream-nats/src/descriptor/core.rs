@@ -55,25 +55,25 @@ impl CoreSubject {
     }
 
     #[doc(hidden)]
-    pub fn durable(self, _name: impl Into<String>) -> Self
+    pub fn durable<N: Into<String>>(self, _name: N) -> Self
     where
-        Self: JetStreamOnly,
+        Self: JetStreamOnly<N>,
     {
         self
     }
 
     #[doc(hidden)]
-    pub fn ack_wait(self, _wait: NonZeroDuration) -> Self
+    pub fn ack_wait<W: Into<NonZeroDuration>>(self, _wait: W) -> Self
     where
-        Self: JetStreamOnly,
+        Self: JetStreamOnly<W>,
     {
         self
     }
 
     #[doc(hidden)]
-    pub fn max_ack_pending(self, _n: i64) -> Self
+    pub fn max_ack_pending<N: Into<i64>>(self, _n: N) -> Self
     where
-        Self: JetStreamOnly,
+        Self: JetStreamOnly<N>,
     {
         self
     }

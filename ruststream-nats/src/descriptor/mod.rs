@@ -17,4 +17,4 @@ pub use self::wildcard::CoreWildcard;
     note = "read the subject from a stream: `JetStreamSubject::new(subject, stream).durable(..).ack_wait(..)`"
 )]
 #[doc(hidden)]
-pub trait JetStreamOnly {}
+pub trait JetStreamOnly<Arg> {}

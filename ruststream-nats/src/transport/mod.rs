@@ -1,0 +1,167 @@
+//! The boundary between the NATS runtime and the wire.
+//!
+//! Everything above this trait (sources, dispatch, settlement, copies, dead letters, drain) is
+//! the same code whether the bytes go to a real nats-server through async-nats
+//! ([`nats::NatsTransport`]) or to the NATS emulated in the process for tests
+//! (`in_process`, feature `testing`). JetStream acknowledgements are plain publishes of the
+//! wire form (`+ACK`, `-NAK`, `-NAK {"delay": ns}`, `+TERM`) to the delivery's reply subject
+//! (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>`),
+//! exactly as on a real server, so both transports parse and settle the same way.
+
+pub mod nats;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use ruststream::Headers;
+
+use crate::descriptor::DeliverPolicy;
+
+/// A message as the wire handed it over.
+#[derive(Debug, Clone)]
+pub struct RawMessage {
+    /// The subject it was published to.
+    pub subject: Arc<str>,
+    /// The reply subject: the publisher's inbox on Core, the ack subject on JetStream.
+    pub reply: Option<Arc<str>>,
+    /// Its headers.
+    pub headers: Headers,
+    /// Its payload.
+    pub payload: Bytes,
+}
+
+/// What went wrong on the wire.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind:?}: {message}")]
+pub struct TransportError {
+    /// Broadly what.
+    pub kind: TransportErrorKind,
+    /// For people.
+    pub message: String,
+}
+
+/// Broadly what went wrong on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransportErrorKind {
+    /// The server could not be reached.
+    Connect,
+    /// No stream by that name.
+    StreamNotFound,
+    /// No stream stores that subject (a JetStream publish found no responder).
+    NoStream,
+    /// A subject or name is not valid.
+    Invalid,
+    /// An existing consumer conflicts with the descriptor in a way that cannot be updated.
+    ConsumerConflict,
+    /// Anything else the server or the connection reported.
+    Other,
+}
+
+impl TransportError {
+    /// An error of `kind`.
+    pub fn new(kind: TransportErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// A stream to declare at startup (opt-in: without a declaration the crate declares nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamSpec {
+    /// The stream's name.
+    pub name: String,
+    /// The subjects it stores.
+    pub subjects: Vec<String>,
+}
+
+/// The consumer a `JetStreamSubject` reads through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerSpec {
+    /// The stream.
+    pub stream: String,
+    /// The durable name; `None` for an ephemeral consumer.
+    pub durable: Option<String>,
+    /// The filter subject.
+    pub filter_subject: String,
+    /// How long the server waits for a settlement.
+    pub ack_wait: Duration,
+    /// How many deliveries may wait for a settlement at once.
+    pub max_ack_pending: Option<i64>,
+    /// Where a new consumer starts.
+    pub deliver_policy: DeliverPolicy,
+    /// Messages per pull.
+    pub batch: usize,
+    /// How long one pull waits on the server.
+    pub expires: Duration,
+}
+
+/// A stream of messages from a subscription or a pull consumer. It ends when the subscription
+/// is closed (drain) or the connection is gone for good.
+pub type MessageStream = BoxStream<'static, Result<RawMessage, TransportError>>;
+
+/// The wire, as the NATS runtime uses it.
+pub trait Transport: Send + Sync + 'static {
+    /// Publishes a Core message (also how acknowledgements are sent).
+    fn publish(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>>;
+
+    /// Publishes to a stream and waits for the stream's acknowledgement; returns the stream
+    /// sequence. `NoStream` when no stream stores the subject.
+    fn publish_stored(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<u64, TransportError>>;
+
+    /// Waits until everything published so far reached the server.
+    fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>>;
+
+    /// Subscribes to a Core subject or pattern, in a queue group when one is given.
+    fn subscribe(
+        &self,
+        subject: String,
+        queue_group: Option<String>,
+    ) -> BoxFuture<'_, Result<(MessageStream, Box<dyn Unsubscribe>), TransportError>>;
+
+    /// Whether stream `name` exists.
+    fn stream_exists(&self, name: &str) -> BoxFuture<'_, Result<bool, TransportError>>;
+
+    /// Creates stream `spec`, or updates its subjects.
+    fn declare_stream(&self, spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>>;
+
+    /// Gets, creates, or updates (when mutable settings changed) the consumer, and starts
+    /// pulling from it.
+    fn consume(
+        &self,
+        spec: ConsumerSpec,
+    ) -> BoxFuture<'_, Result<(MessageStream, Box<dyn Unsubscribe>), TransportError>>;
+}
+
+/// Stops a subscription or a pull: no new messages after it resolves; messages already
+/// handed over stay valid (they can still be settled).
+pub trait Unsubscribe: Send + Sync {
+    /// Stops taking new messages.
+    fn stop(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Put into the app's [`Env`](ruststream::Env): every `NatsBroker` of the app uses this
+/// transport instead of connecting to its URL. `testing::TestApp` puts the in-process NATS here.
+#[derive(Clone)]
+pub struct TransportOverride(pub Arc<dyn Transport>);
+
+impl std::fmt::Debug for TransportOverride {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TransportOverride")
+    }
+}

@@ -1,0 +1,1 @@
+//! async-nats transport (being built)
