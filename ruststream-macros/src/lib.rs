@@ -1,22 +1,101 @@
-//! placeholder until the macros land
+//! The procedural macros of RustStream. Use them through `ruststream` (or a broker crate's
+//! prelude), never as a direct dependency.
+//!
+//! This file only dispatches: each macro lives in its own module, which parses its input into a
+//! typed model, validates it with an error accumulator, and then generates code.
+
 use proc_macro::TokenStream;
+
+mod app;
+mod diag;
+mod from_ref;
+mod nonzero;
+mod outgoing;
+mod subject;
+mod subscriber;
+
+/// Turns an `async fn` into a handler that `b.include(..)` mounts.
+///
+/// ```ignore
+/// #[subscriber("payments.captured")]
+/// async fn refresh(captured: &Captured) -> HandlerOutcome {
+///     HandlerOutcome::ack()
+/// }
+///
+/// #[subscriber(JetStreamSubject::new("payments.authorized", "PAYMENTS").durable("capture"), reply)]
+/// async fn capture(payment: &Payment, State(bank): State<Arc<Bank>>) -> Result<Captured, HandlerOutcome> {
+///     bank.capture(payment).await.map_err(|_| HandlerOutcome::retry())?;
+///     Ok(Captured { payment: payment.id })
+/// }
+/// ```
+///
+/// The first parameter is the payload, `&T` (or `&[T]` for a batch); the others are
+/// extractors in any order: `Ctx<K>`, `State<T>`, `&mut Context<'_>`, or any `FromContext`
+/// type. Without `reply` the function returns `HandlerOutcome` or `Result<(), HandlerOutcome>`;
+/// with `reply` it returns `Result<T, HandlerOutcome>` and `T: Outgoing` is published before the
+/// delivery is acknowledged. The guide is `docs/handlers.md`.
 #[proc_macro_attribute]
-pub fn subscriber(_a: TokenStream, i: TokenStream) -> TokenStream {
-    i
+pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
+    subscriber::expand(args.into(), item.into()).into()
 }
+
+/// Writes a `main` for the function it marks: a command line with `run` (the default) and
+/// `describe`.
+///
+/// ```ignore
+/// #[ruststream::app]
+/// fn app() -> impl App<State = Clients> {
+///     RustStream::new(AppInfo::new("payments", "0.1.0"))
+///         .with_broker(NatsBroker::new("nats://localhost:4222"), |b| {
+///             b.include(refresh);
+///         })
+/// }
+/// ```
+///
+/// The function stays callable (tests start `app()` themselves). The guide is `docs/app.md`.
 #[proc_macro_attribute]
-pub fn app(_a: TokenStream, i: TokenStream) -> TokenStream {
-    i
+pub fn app(args: TokenStream, item: TokenStream) -> TokenStream {
+    app::expand(args.into(), item.into()).into()
 }
+
+/// Implements `Outgoing`: the type knows the subject it is published to.
+///
+/// ```ignore
+/// #[derive(Serialize, Outgoing)]
+/// #[outgoing(name = "payments.captured")]
+/// struct Captured {
+///     payment: u64,
+/// }
+/// ```
 #[proc_macro_derive(Outgoing, attributes(outgoing))]
-pub fn outgoing(_i: TokenStream) -> TokenStream {
-    TokenStream::new()
+pub fn outgoing(input: TokenStream) -> TokenStream {
+    outgoing::expand(input.into()).into()
 }
-#[proc_macro_derive(FromRef)]
-pub fn from_ref(_i: TokenStream) -> TokenStream {
-    TokenStream::new()
+
+/// Implements `FromRef<State>` for the type of every field of the app state, so that a handler
+/// takes any field as `State<FieldType>`.
+///
+/// ```ignore
+/// #[derive(Clone, Default, FromRef)]
+/// struct Clients {
+///     bank: Arc<Bank>,
+///     #[from_ref(skip)]
+///     secret: String,
+/// }
+/// ```
+#[proc_macro_derive(FromRef, attributes(from_ref))]
+pub fn from_ref(input: TokenStream) -> TokenStream {
+    from_ref::expand(input.into()).into()
 }
+
+/// A `NonZero` integer from a literal, checked at compile time; its integer type comes from
+/// where it is used.
+///
+/// ```ignore
+/// let wait = NonZeroDuration::from_secs(nonzero!(60)); // NonZeroU64
+/// b.include(refresh).max_attempts(nonzero!(3)); // NonZeroU32
+/// ```
 #[proc_macro]
-pub fn nonzero(i: TokenStream) -> TokenStream {
-    i
+pub fn nonzero(input: TokenStream) -> TokenStream {
+    nonzero::expand(input.into()).into()
 }

@@ -1,5 +1,6 @@
 //! Support for the code the macros write. Not a public API.
 
+use std::future::Future;
 use std::process::ExitCode;
 
 use serde::de::DeserializeOwned;
@@ -97,6 +98,11 @@ impl IntoResult for Result<(), HandlerOutcome> {
     }
 }
 
+/// A handler's return, as the `Handle` trait gives it; checked at the return type's span.
+pub fn into_result<T: IntoResult>(ret: T) -> Result<(), HandlerOutcome> {
+    ret.into_result()
+}
+
 /// What a batch handler may return.
 #[diagnostic::on_unimplemented(
     message = "a batch subscriber returns `HandlerOutcome` or `Vec<HandlerOutcome>`, not `{Self}`",
@@ -126,6 +132,12 @@ impl IntoBatchOutcome for BatchOutcome {
     }
 }
 
+/// A batch handler's return, as the `HandleBatch` trait gives it; checked at the return type's
+/// span.
+pub fn into_batch_outcome<T: IntoBatchOutcome>(ret: T) -> BatchOutcome {
+    ret.into_batch_outcome()
+}
+
 /// Publishes a `reply` handler's value, then acknowledges; a failed publish retries instead.
 pub async fn reply<R: Outgoing>(
     ret: Result<R, HandlerOutcome>,
@@ -148,30 +160,6 @@ pub async fn reply<R: Outgoing>(
     }
 }
 
-/// Mounts a generated single-message handler.
-pub fn mount_single<S, In, O, D, H>(descriptor: D, handler: H, name: &str) -> Registration<S>
-where
-    S: Send + Sync + 'static,
-    D: Descriptor,
-    H: Handle<In, O, S>,
-    In: DeserializeOwned + Send + Sync + 'static,
-    O: Outs,
-{
-    Registration::single(name, descriptor, handler)
-}
-
-/// Mounts a generated batch handler.
-pub fn mount_batch<S, In, O, D, H>(descriptor: D, handler: H, name: &str) -> Registration<S>
-where
-    S: Send + Sync + 'static,
-    D: Descriptor,
-    H: HandleBatch<In, O, S>,
-    In: DeserializeOwned + Send + Sync + 'static,
-    O: Outs,
-{
-    Registration::batch(name, descriptor, handler)
-}
-
 /// A descriptor expression, checked where the user wrote it.
 pub fn descriptor<D: Descriptor>(descriptor: D) -> D {
     descriptor
@@ -180,10 +168,12 @@ pub fn descriptor<D: Descriptor>(descriptor: D) -> D {
 /// The payload type, checked where the user wrote it.
 #[diagnostic::on_unimplemented(
     message = "the payload type `{Self}` cannot be decoded",
-    label = "a payload must implement `serde::Deserialize`",
+    label = "a payload implements `serde::Deserialize` (and is `Send + Sync + 'static`)",
     note = "add `#[derive(Deserialize)]` to `{Self}`"
 )]
 pub trait Payload: DeserializeOwned + Send + Sync + 'static {}
+// Not recommended: the error names `Payload` and its note, not every type serde can decode.
+#[diagnostic::do_not_recommend]
 impl<T: DeserializeOwned + Send + Sync + 'static> Payload for T {}
 
 /// Checks the payload type at its span.
@@ -191,3 +181,63 @@ pub fn assert_payload<T: Payload>() {}
 
 /// Checks a `reply` type at its span.
 pub fn assert_outgoing<T: Outgoing>() {}
+
+/// How a generated `Mount` impl registers its handler. The bound `Payload: PayloadFor<S, Outs>`
+/// names the state, so that it is checked where the handler is mounted (the payload was already
+/// checked where it is defined, by `assert_payload`); it has no supertrait, which the compiler
+/// would check at once.
+pub trait PayloadFor<S, O>: Sized {
+    /// A single-message registration.
+    fn single<D: Descriptor, H: Handle<Self, O, S>>(
+        descriptor: D,
+        handler: H,
+        name: &str,
+    ) -> Registration<S>;
+
+    /// A batch registration.
+    fn batch<D: Descriptor, H: HandleBatch<Self, O, S>>(
+        descriptor: D,
+        handler: H,
+        name: &str,
+    ) -> Registration<S>;
+}
+
+impl<T: Payload, O: Outs, S: Send + Sync + 'static> PayloadFor<S, O> for T {
+    fn single<D: Descriptor, H: Handle<Self, O, S>>(
+        descriptor: D,
+        handler: H,
+        name: &str,
+    ) -> Registration<S> {
+        Registration::single(name, descriptor, handler)
+    }
+
+    fn batch<D: Descriptor, H: HandleBatch<Self, O, S>>(
+        descriptor: D,
+        handler: H,
+        name: &str,
+    ) -> Registration<S> {
+        Registration::batch(name, descriptor, handler)
+    }
+}
+
+/// How a generated `reply` handler publishes its value. The bound `R: ReplyFor<S>` names the
+/// state, so that it is checked where the handler is mounted (`assert_outgoing` already checked
+/// `R` where it is defined).
+pub trait ReplyFor<S>: Sized {
+    /// Publishes the `Ok` value, then acknowledges; see [`reply`].
+    fn reply<'a>(
+        ret: Result<Self, HandlerOutcome>,
+        outs: &'a Publisher<Self>,
+        ctx: &'a Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send + 'a;
+}
+
+impl<T: Outgoing + 'static, S> ReplyFor<S> for T {
+    fn reply<'a>(
+        ret: Result<Self, HandlerOutcome>,
+        outs: &'a Publisher<Self>,
+        ctx: &'a Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send + 'a {
+        reply(ret, outs, ctx)
+    }
+}

@@ -37,9 +37,9 @@ pub use ruststream_macros::{FromRef, Outgoing, app, nonzero, subscriber};
 pub mod prelude {
     pub use crate::{AckError, Error};
     pub use crate::{
-        App, AppInfo, Attempt, BatchOutcome, Context, Ctx, Delivered, FromRef, Handle, HandleBatch,
-        HandlerOutcome, NonZeroDuration, Outgoing, Publisher, RustStream, State, Subject, nonzero,
-        subscriber,
+        App, AppInfo, Attempt, BatchContext, BatchOutcome, Context, Ctx, Delivered, FromRef,
+        Handle, HandleBatch, HandlerOutcome, NonZeroDuration, Outgoing, Publisher, RustStream,
+        State, Subject, nonzero, subscriber,
     };
 }
 

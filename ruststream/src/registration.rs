@@ -581,7 +581,8 @@ impl<D: fmt::Debug, H> fmt::Debug for WithHandler<D, H> {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be mounted in an app whose state is `{S}`",
     label = "not a subscriber of this app",
-    note = "mount an `async fn` marked `#[subscriber(..)]`, or a descriptor with a handler: `CoreSubject::new(\"subject\").handler(MyHandler)` where `MyHandler: Handle<Payload, (), {S}>`"
+    note = "mount an `async fn` marked `#[subscriber(..)]`, or a descriptor with a handler: `CoreSubject::new(\"subject\").handler(MyHandler)`",
+    note = "a manual handler implements `Handle<Payload, Outs, {S}>` for this app's state `{S}`, or for any state: `impl<S: Send + Sync + 'static> Handle<Payload, (), S> for MyHandler`"
 )]
 pub trait Mount<S, Marker>: Sized {
     /// The registration.
@@ -595,6 +596,8 @@ pub struct SingleMarker<In, O>(PhantomData<fn(In, O)>);
 #[doc(hidden)]
 pub struct BatchMarker<In, O>(PhantomData<fn(In, O)>);
 
+// Not recommended: a failed mount shows `Mount`'s note, not these impls' bounds.
+#[diagnostic::do_not_recommend]
 impl<S, D, H, In, O> Mount<S, SingleMarker<In, O>> for WithHandler<D, H>
 where
     S: Send + Sync + 'static,
@@ -608,6 +611,7 @@ where
     }
 }
 
+#[diagnostic::do_not_recommend]
 impl<S, D, H, In, O> Mount<S, BatchMarker<In, O>> for WithHandler<D, H>
 where
     S: Send + Sync + 'static,

@@ -6,7 +6,7 @@ mod jetstream;
 mod wildcard;
 
 pub use self::core::CoreSubject;
-pub use self::jetstream::{DeliverPolicy, JetStreamSubject};
+pub use self::jetstream::{DEFAULT_ACK_WAIT, DeliverPolicy, JetStreamSubject};
 pub use self::wildcard::CoreWildcard;
 
 /// A JetStream-only option called on a Core descriptor. Never implemented: using one is a

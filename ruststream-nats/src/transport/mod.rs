@@ -8,6 +8,8 @@
 //! (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>`),
 //! exactly as on a real server, so both transports parse and settle the same way.
 
+#[cfg(feature = "testing")]
+pub(crate) mod in_process;
 pub mod nats;
 
 use std::sync::Arc;
@@ -105,6 +107,9 @@ pub struct ConsumerSpec {
 /// is closed (drain) or the connection is gone for good.
 pub type MessageStream = BoxStream<'static, Result<RawMessage, TransportError>>;
 
+/// An open subscription or pull: its messages, and how to stop them.
+pub type Subscription = (MessageStream, Box<dyn Unsubscribe>);
+
 /// The wire, as the NATS runtime uses it.
 pub trait Transport: Send + Sync + 'static {
     /// Publishes a Core message (also how acknowledgements are sent).
@@ -132,20 +137,36 @@ pub trait Transport: Send + Sync + 'static {
         &self,
         subject: String,
         queue_group: Option<String>,
-    ) -> BoxFuture<'_, Result<(MessageStream, Box<dyn Unsubscribe>), TransportError>>;
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>>;
 
     /// Whether stream `name` exists.
     fn stream_exists(&self, name: &str) -> BoxFuture<'_, Result<bool, TransportError>>;
+
+    /// The stream that stores `subject`, if any. A dead letter goes there with a stored publish
+    /// (confirmed by the stream), else as a Core publish: asking first keeps a Core subscriber
+    /// on the subject from being mistaken for a stream that never answers.
+    ///
+    /// The default does not know (an error), and the runtime then tries a stored publish and
+    /// falls back to Core on `NoStream`.
+    fn stream_by_subject(
+        &self,
+        subject: &str,
+    ) -> BoxFuture<'_, Result<Option<String>, TransportError>> {
+        let _ = subject;
+        Box::pin(async {
+            Err(TransportError::new(
+                TransportErrorKind::Other,
+                "this transport cannot tell which stream stores a subject",
+            ))
+        })
+    }
 
     /// Creates stream `spec`, or updates its subjects.
     fn declare_stream(&self, spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>>;
 
     /// Gets, creates, or updates (when mutable settings changed) the consumer, and starts
     /// pulling from it.
-    fn consume(
-        &self,
-        spec: ConsumerSpec,
-    ) -> BoxFuture<'_, Result<(MessageStream, Box<dyn Unsubscribe>), TransportError>>;
+    fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>>;
 }
 
 /// Stops a subscription or a pull: no new messages after it resolves; messages already

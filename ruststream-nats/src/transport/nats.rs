@@ -1,1 +1,661 @@
-//! async-nats transport (being built)
+//! The production transport: one async-nats client, for Core NATS and JetStream.
+//!
+//! A subscription or a pull consumer is read by a small pump task that forwards its messages
+//! through a bounded channel (one message for Core, the pull's batch for JetStream: what the
+//! client asked the server for anyway), so the runtime takes a message only when it has room to
+//! handle it, and a batch handler finds a pull's messages ready together. Stopping
+//! the pump ([`Unsubscribe::stop`]) works the same way for both:
+//!
+//! - Core: the subscription is drained (unsubscribed on the server); the messages the client
+//!   already received are still handed over, then the stream ends.
+//! - JetStream: the continuous pull stops and its inbox is closed; the messages already pulled
+//!   into the client are handed over, then the stream ends. They are deliveries like any other:
+//!   the runtime releases them with `-NAK` (and were it to drop them, the server would deliver
+//!   them again after `ack_wait`).
+
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::FromConsumer;
+use async_nats::jetstream::{self, consumer, stream};
+use async_nats::{HeaderMap, HeaderName, HeaderValue};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use ruststream::Headers;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{
+    ConsumerSpec, RawMessage, StreamSpec, Subscription, Transport, TransportError,
+    TransportErrorKind, Unsubscribe,
+};
+use crate::descriptor::DeliverPolicy;
+
+/// How long [`NatsTransport::round_trip`] waits for the server.
+const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// JetStream's error code for "stream not found".
+const STREAM_NOT_FOUND: u64 = 10059;
+
+/// [`Transport`] over one async-nats client: Core publishes and subscriptions, and JetStream
+/// (streams, pull consumers, stored publishes) on the same connection.
+#[derive(Clone)]
+pub struct NatsTransport {
+    client: async_nats::Client,
+    jetstream: jetstream::Context,
+}
+
+impl std::fmt::Debug for NatsTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsTransport")
+            .field("state", &self.client.connection_state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsTransport {
+    /// A transport over a connected client.
+    pub fn new(client: async_nats::Client) -> Self {
+        let jetstream = jetstream::new(client.clone());
+        Self { client, jetstream }
+    }
+
+    /// The client, for anything the transport does not cover.
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// Waits until the server has processed everything this connection sent so far.
+    ///
+    /// The server reads one connection's commands in order, so a message this connection
+    /// publishes to a fresh inbox it subscribed to comes back only after every earlier command
+    /// (a `SUB`, say) was processed. A flush only says the bytes left the client. Unlike a
+    /// request to nobody, this is not fooled by another client listening on `>`.
+    async fn round_trip(&self) -> Result<(), TransportError> {
+        let failed = |what: &str, err: &dyn std::fmt::Display| {
+            TransportError::new(
+                TransportErrorKind::Other,
+                format!("the server did not confirm the subscription ({what}: {err})"),
+            )
+        };
+        let subject = self.client.new_inbox();
+        let mut echo = self
+            .client
+            .subscribe(subject.clone())
+            .await
+            .map_err(|err| failed("subscribe", &err))?;
+        self.client
+            .publish(subject, bytes::Bytes::new())
+            .await
+            .map_err(|err| failed("publish", &err))?;
+        self.client
+            .flush()
+            .await
+            .map_err(|err| failed("flush", &err))?;
+        let answered = tokio::time::timeout(ROUND_TRIP_TIMEOUT, echo.next()).await;
+        let _ = echo.unsubscribe().await;
+        match answered {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(failed("echo", &"the connection closed")),
+            Err(_) => Err(failed("echo", &"no answer in time")),
+        }
+    }
+
+    /// Where the durable consumer `spec` stands: created, kept, updated, or in conflict.
+    async fn open_consumer(
+        &self,
+        spec: &ConsumerSpec,
+    ) -> Result<consumer::PullConsumer, TransportError> {
+        let stream = self
+            .jetstream
+            .get_stream(&spec.stream)
+            .await
+            .map_err(|err| get_stream_error(&spec.stream, &err))?;
+        let wanted = consumer_config(spec);
+        let Some(durable) = &spec.durable else {
+            return stream
+                .create_consumer(wanted)
+                .await
+                .map_err(|err| consumer_error(spec, &err));
+        };
+        let existing = match stream.consumer_info(durable).await {
+            Ok(info) => Some(info),
+            Err(err) => match err.kind() {
+                jetstream::context::ConsumerInfoErrorKind::NotFound => None,
+                jetstream::context::ConsumerInfoErrorKind::JetStream(js) if js.code() == 404 => {
+                    None
+                }
+                _ => {
+                    return Err(TransportError::new(
+                        TransportErrorKind::Other,
+                        format!(
+                            "cannot read consumer `{durable}` of stream `{}`: {err}",
+                            spec.stream
+                        ),
+                    ));
+                }
+            },
+        };
+        let Some(existing) = existing else {
+            return stream
+                .create_consumer(wanted)
+                .await
+                .map_err(|err| consumer_error(spec, &err));
+        };
+        check_immutable(spec, &existing.config)?;
+        let current = consumer::pull::Config::try_from_consumer_config(existing.config)
+            .map_err(|err| consumer_error(spec, &*err))?;
+        let mut updated = current.clone();
+        updated.ack_wait = spec.ack_wait;
+        if let Some(max) = spec.max_ack_pending {
+            updated.max_ack_pending = max;
+        }
+        if updated == current {
+            return stream
+                .get_consumer(durable)
+                .await
+                .map_err(|err| consumer_error(spec, &*err));
+        }
+        tracing::info!(
+            stream = %spec.stream,
+            consumer = %durable,
+            ack_wait = ?spec.ack_wait,
+            max_ack_pending = ?spec.max_ack_pending,
+            "updating the durable consumer: its settings changed"
+        );
+        stream
+            .create_consumer(updated)
+            .await
+            .map_err(|err| consumer_error(spec, &err))
+    }
+}
+
+impl Transport for NatsTransport {
+    fn publish(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            let result = if headers.is_empty() {
+                self.client.publish(subject.to_string(), payload).await
+            } else {
+                let headers = to_header_map(&headers)?;
+                self.client
+                    .publish_with_headers(subject.to_string(), headers, payload)
+                    .await
+            };
+            result.map_err(|err| {
+                let kind = match err.kind() {
+                    async_nats::client::PublishErrorKind::InvalidSubject => {
+                        TransportErrorKind::Invalid
+                    }
+                    _ => TransportErrorKind::Other,
+                };
+                TransportError::new(kind, format!("publishing to `{subject}` failed: {err}"))
+            })
+        })
+    }
+
+    fn publish_stored(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<u64, TransportError>> {
+        Box::pin(async move {
+            let headers = to_header_map(&headers)?;
+            let ack = self
+                .jetstream
+                .publish_with_headers(subject.to_string(), headers, payload)
+                .await
+                .map_err(|err| stored_publish_error(&subject, &err))?
+                .await
+                .map_err(|err| stored_publish_error(&subject, &err))?;
+            Ok(ack.sequence)
+        })
+    }
+
+    fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            self.client.flush().await.map_err(|err| {
+                TransportError::new(TransportErrorKind::Other, format!("flush failed: {err}"))
+            })
+        })
+    }
+
+    fn subscribe(
+        &self,
+        subject: String,
+        queue_group: Option<String>,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async move {
+            let subscriber = match &queue_group {
+                Some(group) => {
+                    self.client
+                        .queue_subscribe(subject.clone(), group.clone())
+                        .await
+                }
+                None => self.client.subscribe(subject.clone()).await,
+            }
+            .map_err(|err| {
+                let kind = match err.kind() {
+                    async_nats::client::SubscribeErrorKind::InvalidSubject => {
+                        TransportErrorKind::Invalid
+                    }
+                    _ => TransportErrorKind::Other,
+                };
+                TransportError::new(kind, format!("cannot subscribe to `{subject}`: {err}"))
+            })?;
+            // The subscription is registered on the server before this returns: a message
+            // published afterwards, from any connection, reaches it.
+            self.round_trip().await.map_err(|err| {
+                TransportError::new(
+                    TransportErrorKind::Other,
+                    format!("cannot subscribe to `{subject}`: {}", err.message),
+                )
+            })?;
+            Ok(pump(Pumped::Core(subscriber), 1))
+        })
+    }
+
+    fn stream_exists(&self, name: &str) -> BoxFuture<'_, Result<bool, TransportError>> {
+        let name = name.to_owned();
+        Box::pin(async move {
+            match self.jetstream.get_stream(&name).await {
+                Ok(_) => Ok(true),
+                Err(err) => match err.kind() {
+                    jetstream::context::GetStreamErrorKind::JetStream(js)
+                        if js.error_code().0 == STREAM_NOT_FOUND || js.code() == 404 =>
+                    {
+                        Ok(false)
+                    }
+                    _ => Err(get_stream_error(&name, &err)),
+                },
+            }
+        })
+    }
+
+    fn stream_by_subject(
+        &self,
+        subject: &str,
+    ) -> BoxFuture<'_, Result<Option<String>, TransportError>> {
+        let subject = subject.to_owned();
+        Box::pin(async move {
+            match self.jetstream.stream_by_subject(subject.clone()).await {
+                Ok(name) => Ok(Some(name)),
+                Err(err) => match err.kind() {
+                    jetstream::context::GetStreamByNameErrorKind::NotFound => Ok(None),
+                    _ => Err(TransportError::new(
+                        TransportErrorKind::Other,
+                        format!("cannot ask which stream stores `{subject}`: {err}"),
+                    )),
+                },
+            }
+        })
+    }
+
+    fn declare_stream(&self, spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            let declare_error = |err: &dyn std::fmt::Display| {
+                TransportError::new(
+                    TransportErrorKind::Other,
+                    format!("cannot declare stream `{}`: {err}", spec.name),
+                )
+            };
+            match self.jetstream.get_stream(&spec.name).await {
+                Ok(existing) => {
+                    let mut config = existing.cached_info().config.clone();
+                    if config.subjects == spec.subjects {
+                        return Ok(());
+                    }
+                    tracing::info!(
+                        stream = %spec.name,
+                        subjects = ?spec.subjects,
+                        "updating the declared stream's subjects"
+                    );
+                    config.subjects.clone_from(&spec.subjects);
+                    self.jetstream
+                        .update_stream(&config)
+                        .await
+                        .map_err(|err| declare_error(&err))?;
+                    Ok(())
+                }
+                Err(err) => match err.kind() {
+                    jetstream::context::GetStreamErrorKind::JetStream(js)
+                        if js.error_code().0 == STREAM_NOT_FOUND || js.code() == 404 =>
+                    {
+                        tracing::info!(stream = %spec.name, subjects = ?spec.subjects, "creating the declared stream");
+                        self.jetstream
+                            .create_stream(stream::Config {
+                                name: spec.name.clone(),
+                                subjects: spec.subjects.clone(),
+                                ..Default::default()
+                            })
+                            .await
+                            .map_err(|err| declare_error(&err))?;
+                        Ok(())
+                    }
+                    _ => Err(declare_error(&err)),
+                },
+            }
+        })
+    }
+
+    fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async move {
+            let consumer = self.open_consumer(&spec).await?;
+            let messages = consumer
+                .stream()
+                .max_messages_per_batch(spec.batch.max(1))
+                .expires(spec.expires)
+                .messages()
+                .await
+                .map_err(|err| {
+                    TransportError::new(
+                        TransportErrorKind::Other,
+                        format!(
+                            "cannot pull from consumer `{}` of stream `{}`: {err}",
+                            consumer.cached_info().name,
+                            spec.stream
+                        ),
+                    )
+                })?;
+            Ok(pump(Pumped::Pull(Box::new(messages)), spec.batch.max(1)))
+        })
+    }
+}
+
+/// The consumer configuration `spec` asks for. `max_deliver` stays unset: the runtime counts
+/// attempts itself.
+fn consumer_config(spec: &ConsumerSpec) -> consumer::pull::Config {
+    let (deliver_policy, _) = deliver_policy(spec.deliver_policy);
+    consumer::pull::Config {
+        durable_name: spec.durable.clone(),
+        deliver_policy,
+        ack_policy: consumer::AckPolicy::Explicit,
+        ack_wait: spec.ack_wait,
+        filter_subject: spec.filter_subject.clone(),
+        max_ack_pending: spec.max_ack_pending.unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
+fn deliver_policy(policy: DeliverPolicy) -> (consumer::DeliverPolicy, &'static str) {
+    match policy {
+        DeliverPolicy::New => (consumer::DeliverPolicy::New, "new"),
+        DeliverPolicy::Last => (consumer::DeliverPolicy::Last, "last"),
+        DeliverPolicy::LastPerSubject => {
+            (consumer::DeliverPolicy::LastPerSubject, "last per subject")
+        }
+        DeliverPolicy::ByStartSequence(start_sequence) => (
+            consumer::DeliverPolicy::ByStartSequence { start_sequence },
+            "by start sequence",
+        ),
+        // `All`, and anything added later, starts from the beginning.
+        _ => (consumer::DeliverPolicy::All, "all"),
+    }
+}
+
+/// Refuses an existing durable whose settings the server cannot change in place.
+fn check_immutable(spec: &ConsumerSpec, current: &consumer::Config) -> Result<(), TransportError> {
+    let durable = spec.durable.as_deref().unwrap_or_default();
+    let mut conflicts = Vec::new();
+    if current.filter_subject != spec.filter_subject {
+        conflicts.push(format!(
+            "filter subject `{}` (the descriptor reads `{}`)",
+            current.filter_subject, spec.filter_subject
+        ));
+    }
+    let (wanted, wanted_name) = deliver_policy(spec.deliver_policy);
+    if current.deliver_policy != wanted {
+        conflicts.push(format!(
+            "deliver policy {:?} (the descriptor asks for {wanted_name})",
+            current.deliver_policy
+        ));
+    }
+    if current.deliver_subject.is_some() {
+        conflicts.push("a deliver subject (it is a push consumer; RustStream pulls)".to_owned());
+    }
+    if current.ack_policy != consumer::AckPolicy::Explicit {
+        conflicts.push(format!(
+            "ack policy {:?} (RustStream settles each message: explicit)",
+            current.ack_policy
+        ));
+    }
+    if conflicts.is_empty() {
+        return Ok(());
+    }
+    Err(TransportError::new(
+        TransportErrorKind::ConsumerConflict,
+        format!(
+            "durable consumer `{durable}` of stream `{stream}` exists with {conflicts}, which cannot be changed in place; delete it (`nats consumer rm {stream} {durable}`) or give the descriptor another `.durable(..)` name",
+            stream = spec.stream,
+            conflicts = conflicts.join(" and "),
+        ),
+    ))
+}
+
+fn get_stream_error(name: &str, err: &jetstream::context::GetStreamError) -> TransportError {
+    match err.kind() {
+        jetstream::context::GetStreamErrorKind::JetStream(js)
+            if js.error_code().0 == STREAM_NOT_FOUND || js.code() == 404 =>
+        {
+            TransportError::new(
+                TransportErrorKind::StreamNotFound,
+                format!("stream `{name}` does not exist"),
+            )
+        }
+        jetstream::context::GetStreamErrorKind::InvalidStreamName
+        | jetstream::context::GetStreamErrorKind::EmptyName => TransportError::new(
+            TransportErrorKind::Invalid,
+            format!("`{name}` is not a valid stream name"),
+        ),
+        _ => TransportError::new(
+            TransportErrorKind::Other,
+            format!("cannot read stream `{name}` (is JetStream enabled on the server?): {err}"),
+        ),
+    }
+}
+
+fn consumer_error(spec: &ConsumerSpec, err: &dyn std::error::Error) -> TransportError {
+    let name = spec.durable.as_deref().unwrap_or("(ephemeral)");
+    TransportError::new(
+        TransportErrorKind::Other,
+        format!(
+            "cannot open consumer `{name}` of stream `{}` on `{}`: {err}",
+            spec.stream, spec.filter_subject
+        ),
+    )
+}
+
+fn stored_publish_error(subject: &str, err: &jetstream::context::PublishError) -> TransportError {
+    let kind = match err.kind() {
+        jetstream::context::PublishErrorKind::StreamNotFound => TransportErrorKind::NoStream,
+        _ => TransportErrorKind::Other,
+    };
+    TransportError::new(kind, format!("stored publish to `{subject}` failed: {err}"))
+}
+
+/// `ruststream::Headers` as async-nats headers; a name or value NATS cannot carry is refused.
+pub fn to_header_map(headers: &Headers) -> Result<HeaderMap, TransportError> {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers.iter() {
+        let header = HeaderName::from_str(name).map_err(|err| {
+            TransportError::new(
+                TransportErrorKind::Invalid,
+                format!("`{name}` is not a valid header name: {err}"),
+            )
+        })?;
+        let value = HeaderValue::from_str(value).map_err(|err| {
+            TransportError::new(
+                TransportErrorKind::Invalid,
+                format!("the value of header `{name}` is not valid: {err}"),
+            )
+        })?;
+        map.append(header, value);
+    }
+    Ok(map)
+}
+
+/// async-nats headers as `ruststream::Headers`, every value of every name.
+pub fn from_header_map(map: Option<&HeaderMap>) -> Headers {
+    let mut headers = Headers::new();
+    if let Some(map) = map {
+        for (name, values) in map.iter() {
+            for value in values {
+                headers.append(name.to_string(), value.as_str());
+            }
+        }
+    }
+    headers
+}
+
+fn raw(message: async_nats::Message) -> RawMessage {
+    RawMessage {
+        subject: Arc::from(message.subject.as_str()),
+        reply: message.reply.map(|reply| Arc::from(reply.as_str())),
+        headers: from_header_map(message.headers.as_ref()),
+        payload: message.payload,
+    }
+}
+
+/// What a pump reads from.
+enum Pumped {
+    Core(async_nats::Subscriber),
+    Pull(Box<consumer::pull::Stream>),
+}
+
+/// Asks a pump to stop; resolves once it took no new messages.
+type StopRequest = oneshot::Sender<oneshot::Sender<()>>;
+
+struct PumpStop {
+    request: Mutex<Option<StopRequest>>,
+}
+
+impl Unsubscribe for PumpStop {
+    fn stop(&self) -> BoxFuture<'_, ()> {
+        let request = self.request.lock().ok().and_then(|mut r| r.take());
+        Box::pin(async move {
+            let Some(request) = request else { return };
+            let (done, stopped) = oneshot::channel();
+            if request.send(done).is_ok() {
+                // An error means the pump already ended: it takes nothing either way.
+                let _ = stopped.await;
+            }
+        })
+    }
+}
+
+/// Starts the task that forwards `source`'s messages, holding at most `capacity` of them (a
+/// pull's batch: what the client asked the server for anyway).
+fn pump(source: Pumped, capacity: usize) -> Subscription {
+    let (tx, rx) = mpsc::channel(capacity);
+    let (stop_tx, stop_rx) = oneshot::channel();
+    tokio::spawn(run_pump(source, tx, stop_rx));
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    (
+        stream.boxed(),
+        Box::new(PumpStop {
+            request: Mutex::new(Some(stop_tx)),
+        }),
+    )
+}
+
+type Item = Result<RawMessage, TransportError>;
+
+async fn run_pump(
+    source: Pumped,
+    tx: mpsc::Sender<Item>,
+    mut stop: oneshot::Receiver<oneshot::Sender<()>>,
+) {
+    let mut source = source;
+    // Running: forward each message once the reader has room, until stopped.
+    let done = loop {
+        let item = tokio::select! {
+            biased;
+            request = &mut stop => break request.ok(),
+            item = next(&mut source) => item,
+        };
+        let Some(item) = item else { return };
+        let permit = tokio::select! {
+            biased;
+            permit = tx.reserve() => permit,
+            request = &mut stop => {
+                let mut leftovers = vec![item];
+                let done = request.ok();
+                finish(source, &mut leftovers, done, &tx).await;
+                return;
+            }
+        };
+        match permit {
+            Ok(permit) => permit.send(item),
+            // The reader is gone: dropping the source unsubscribes.
+            Err(_) => return,
+        }
+    };
+    finish(source, &mut Vec::new(), done, &tx).await;
+}
+
+/// Stops taking new messages from `source`, confirms the stop, then hands over what the client
+/// already holds and ends.
+async fn finish(
+    source: Pumped,
+    leftovers: &mut Vec<Item>,
+    done: Option<oneshot::Sender<()>>,
+    tx: &mpsc::Sender<Item>,
+) {
+    match source {
+        Pumped::Core(mut subscriber) => {
+            if let Err(err) = subscriber.drain().await {
+                // The connection is gone, and with it the subscription: the loop below ends.
+                tracing::debug!(%err, "draining a subscription failed");
+            }
+            if let Some(done) = done {
+                let _ = done.send(());
+            }
+            for item in leftovers.drain(..) {
+                if tx.send(item).await.is_err() {
+                    return;
+                }
+            }
+            while let Some(message) = subscriber.next().await {
+                if tx.send(Ok(raw(message))).await.is_err() {
+                    return;
+                }
+            }
+        }
+        Pumped::Pull(mut messages) => {
+            // What the client already pulled stays valid; nothing more is asked for.
+            while let Some(Some(item)) = messages.next().now_or_never() {
+                leftovers.push(pull_item(item));
+            }
+            drop(messages);
+            if let Some(done) = done {
+                let _ = done.send(());
+            }
+            for item in leftovers.drain(..) {
+                if tx.send(item).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn next(source: &mut Pumped) -> Option<Item> {
+    match source {
+        Pumped::Core(subscriber) => subscriber.next().await.map(|m| Ok(raw(m))),
+        Pumped::Pull(messages) => messages.next().await.map(pull_item),
+    }
+}
+
+fn pull_item(item: Result<jetstream::Message, consumer::pull::MessagesError>) -> Item {
+    item.map(|m| raw(m.message)).map_err(|err| {
+        TransportError::new(TransportErrorKind::Other, format!("pulling failed: {err}"))
+    })
+}

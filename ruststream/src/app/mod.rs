@@ -74,6 +74,11 @@ pub struct Handling<'a> {
 /// tokio::spawn(app.run_until(stop)).await.expect("app task")?;
 /// # Ok(()) }
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an app",
+    label = "the app function returns this",
+    note = "build the app with `RustStream::new(AppInfo::new(name, version)).with_broker(broker, |b| {{ .. }})` and return `impl App<State = MyState>`"
+)]
 pub trait App: Send + 'static {
     /// The state handlers read through `State<T>`.
     type State: Send + Sync + 'static;
@@ -230,10 +235,13 @@ pub struct RustStream<S = (), M = Unmounted> {
     info: AppInfo,
     startup: StartupFn<S>,
     shutdown: Vec<ShutdownFn<S>>,
-    brokers: Vec<(Box<dyn Broker>, Vec<Registration<S>>)>,
+    brokers: Vec<BrokerScope<S>>,
     drain_timeout: Duration,
     _mounted: PhantomData<fn() -> M>,
 }
+
+/// One broker with the registrations mounted on it.
+type BrokerScope<S> = (Box<dyn Broker>, Vec<Registration<S>>);
 
 impl<S, M> fmt::Debug for RustStream<S, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -357,6 +365,8 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
             .collect()
     }
 
+    // Spelled as the trait spells it: the `Send` bound is the point of the signature.
+    #[allow(clippy::manual_async_fn)]
     fn start(self, env: Env) -> impl Future<Output = Result<RunningApp, Error>> + Send {
         async move {
             let env = if env.drain_timeout() == Env::default().drain_timeout() {

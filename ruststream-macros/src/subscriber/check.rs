@@ -1,0 +1,445 @@
+//! The rules a `#[subscriber]` function follows, each checked with its own error, all reported
+//! at once. What passes becomes a [`Plan`] that `expand.rs` turns into code.
+
+use proc_macro2::Span;
+use quote::ToTokens;
+use syn::{Expr, Type};
+
+use super::parse::{Args, Descriptor, Handler, Output, Shape, is_unit, last_segment_is};
+use crate::diag::{Errors, error_at, error_at_tokens, type_text};
+
+/// A handler that follows every rule.
+pub struct Plan<'a> {
+    /// The function.
+    pub handler: &'a Handler,
+    /// Where its messages come from.
+    pub descriptor: &'a Descriptor,
+    /// The payload type `T` of `&T` or `&[T]`.
+    pub payload: &'a Type,
+    /// Whether the payload is `&[T]`.
+    pub batch: bool,
+    /// The parameters after the payload.
+    pub args: Vec<Arg<'a>>,
+    /// What the function returns.
+    pub ret: Ret<'a>,
+}
+
+/// A parameter after the payload.
+pub enum Arg<'a> {
+    /// An extractor, built through `FromContext`.
+    Extract(&'a Type),
+    /// The context itself, `&mut` or shared.
+    Context { mutable: bool },
+}
+
+/// How the function's return becomes the trait's.
+pub enum Ret<'a> {
+    /// An outcome (`HandlerOutcome`, `Result<(), HandlerOutcome>`, `Vec<HandlerOutcome>`...):
+    /// converted by `IntoResult` or `IntoBatchOutcome`.
+    Outcome(&'a Type),
+    /// `Result<R, HandlerOutcome>` with `reply`: `R` is published.
+    Reply { value: &'a Type },
+}
+
+/// Checks every rule and reports every broken one.
+pub fn check<'a>(attr: &'a Args, handler: &'a Handler) -> syn::Result<Plan<'a>> {
+    let mut errors = Errors::new();
+    let sig = &handler.item.sig;
+    let name = &sig.ident;
+
+    // The runtime awaits the handler: it must be an `async fn`.
+    if sig.asyncness.is_none() {
+        errors.push(error_at_tokens(
+            sig.fn_token,
+            format!(
+                "a subscriber must be an `async fn`: write `async fn {name}(..)`; the runtime awaits it"
+            ),
+        ));
+    }
+    // `unsafe` would need the runtime to promise what it cannot know.
+    if let Some(unsafety) = sig.unsafety {
+        errors.push(error_at_tokens(
+            unsafety,
+            "a subscriber cannot be `unsafe`: call the unsafe code inside its body",
+        ));
+    }
+    // The runtime names every type of the handler: no parameters to fill in.
+    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
+        errors.push(error_at_tokens(
+            &sig.generics,
+            "a subscriber cannot be generic: the runtime decodes one concrete payload type; write the payload and extractor types out, or implement `Handle` for a generic type by hand",
+        ));
+    }
+
+    // A free function: no `self` (the payload is then the first parameter after it).
+    for receiver in handler
+        .params
+        .iter()
+        .filter(|p| matches!(p.shape, Shape::Receiver))
+    {
+        errors.push(receiver_error(&receiver.tokens));
+    }
+    let mut params = handler
+        .params
+        .iter()
+        .filter(|p| !matches!(p.shape, Shape::Receiver));
+    let (payload, batch) = match params.next() {
+        // The first parameter is the payload, so there is one.
+        None => {
+            errors.push(error_at(
+                sig.paren_token.span.join(),
+                format!(
+                    "a subscriber takes the payload first: `async fn {name}(payload: &Payload)`, where `Payload` is the decoded message type"
+                ),
+            ));
+            (None, false)
+        }
+        Some(first) => match &first.shape {
+            Shape::Ref {
+                elem,
+                mutable: false,
+            } => (Some(elem), false),
+            Shape::Slice {
+                elem,
+                mutable: false,
+            } => (Some(elem), true),
+            // Every handler of a delivery sees the same payload: it is shared, never `&mut`.
+            Shape::Ref {
+                elem,
+                mutable: true,
+            }
+            | Shape::Slice {
+                elem,
+                mutable: true,
+            } => {
+                errors.push(error_at_tokens(
+                    &first.ty,
+                    format!(
+                        "the payload is read-only: take `&{}` instead of `&mut`",
+                        shown(elem, matches!(first.shape, Shape::Slice { .. }))
+                    ),
+                ));
+                (None, false)
+            }
+            // A context or an extractor in first place means the payload was left out.
+            Shape::Context { .. }
+            | Shape::BatchContext { .. }
+            | Shape::Value {
+                extractor_like: true,
+            } => {
+                errors.push(error_at_tokens(
+                    &first.tokens,
+                    format!(
+                        "the first parameter of a subscriber is the payload, and `{}` is an extractor: add the payload first, like `payload: &Payment`",
+                        ty_text(first.ty.as_ref())
+                    ),
+                ));
+                (None, false)
+            }
+            // The runtime keeps the decoded payload (to dead-letter or retry it): it lends it.
+            Shape::Value {
+                extractor_like: false,
+            } => {
+                let ty = ty_text(first.ty.as_ref());
+                errors.push(error_at_tokens(
+                    &first.ty,
+                    format!("the payload is borrowed: take `&{ty}` instead of `{ty}`"),
+                ));
+                (None, false)
+            }
+            // `impl Trait` names no type to decode.
+            Shape::ImplTrait => {
+                errors.push(error_at_tokens(
+                    &first.ty,
+                    "the payload cannot be `impl Trait`: name the type to decode, like `payment: &Payment`",
+                ));
+                (None, false)
+            }
+            Shape::Receiver => (None, false),
+        },
+    };
+
+    let mut args = Vec::new();
+    let mut context: Option<String> = None;
+    for param in params {
+        match &param.shape {
+            Shape::Receiver => {}
+            // A single delivery has a `Context`; a batch has a `BatchContext`.
+            Shape::Context { .. } if batch => errors.push(error_at_tokens(
+                &param.ty,
+                "a batch handler takes `&mut BatchContext<'_>`, not `&mut Context<'_>`: `ctx.context(i)` gives the context of message `i`",
+            )),
+            Shape::BatchContext { .. } if !batch => errors.push(error_at_tokens(
+                &param.ty,
+                "`&mut BatchContext<'_>` is for batch handlers, whose payload is `&[T]`; this handler takes one message: take `&mut Context<'_>`",
+            )),
+            Shape::Context { mutable } | Shape::BatchContext { mutable } => {
+                let this = ty_text(param.ty.as_ref());
+                // The context is lent once: two `&mut` to it cannot exist.
+                if let Some(first) = &context {
+                    errors.push(error_at_tokens(
+                        &param.tokens,
+                        format!(
+                            "the handler already takes the context as `{first}`: it can be taken once; remove this parameter"
+                        ),
+                    ));
+                } else {
+                    context = Some(this);
+                    args.push(Arg::Context { mutable: *mutable });
+                }
+            }
+            // Only the payload is lent; extractors are values the handler owns.
+            Shape::Ref { elem, .. } => errors.push(error_at_tokens(
+                &param.ty,
+                format!(
+                    "only the payload (the first parameter) is borrowed; an extractor is taken by value: write `{}`",
+                    type_text(elem)
+                ),
+            )),
+            Shape::Slice { elem, .. } => errors.push(error_at_tokens(
+                &param.ty,
+                format!(
+                    "only the first parameter is the payload; a handler has one: remove this parameter, or make `&[{}]` the first to take a batch",
+                    type_text(elem)
+                ),
+            )),
+            // An extractor is one type the runtime builds: `impl Trait` names none.
+            Shape::ImplTrait => errors.push(error_at_tokens(
+                &param.ty,
+                "an extractor cannot be `impl Trait`: name its type, like `Ctx<Delivered>` or `State<Arc<Bank>>`",
+            )),
+            Shape::Value { .. } => {
+                if let Some(ty) = &param.ty {
+                    args.push(Arg::Extract(ty));
+                }
+            }
+        }
+    }
+
+    let ret = check_output(attr, handler, batch, &mut errors);
+    let descriptor = check_args(attr, &mut errors);
+
+    errors.finish()?;
+    match (descriptor, payload, ret) {
+        (Some(descriptor), Some(payload), Some(ret)) => Ok(Plan {
+            handler,
+            descriptor,
+            payload,
+            batch,
+            args,
+            ret,
+        }),
+        // Every `None` above pushed an error, so this is never reached.
+        _ => Err(error_at(Span::call_site(), "the subscriber is malformed")),
+    }
+}
+
+/// The return type, against `reply` and the payload's kind.
+fn check_output<'a>(
+    args: &Args,
+    handler: &'a Handler,
+    batch: bool,
+    errors: &mut Errors,
+) -> Option<Ret<'a>> {
+    let reply = args.reply.first().copied();
+    match (&handler.output, reply) {
+        // A handler says how its message is settled: `()` says nothing.
+        (Output::Unit(span), _) => {
+            errors.push(error_at(
+                *span,
+                if reply.is_some() {
+                    "a `reply` subscriber returns what it publishes: add `-> Result<T, HandlerOutcome>` with `T: Outgoing`"
+                } else if batch {
+                    "a batch subscriber returns how its messages are settled: add `-> HandlerOutcome` (one for the batch) or `-> Vec<HandlerOutcome>` (one per message)"
+                } else {
+                    "a subscriber returns how its message is settled: add `-> HandlerOutcome` or `-> Result<(), HandlerOutcome>`"
+                },
+            ));
+            None
+        }
+        // `reply` publishes one message's answer; a batch has no single answer.
+        (_, Some(span)) if batch => {
+            errors.push(error_at(
+                span,
+                "`reply` is for single-message handlers; a batch handler publishes from `ctx.context(i)` of its `&mut BatchContext<'_>`: remove `reply`",
+            ));
+            None
+        }
+        // `reply` publishes the `Ok` value: `()` is nothing to publish.
+        (Output::Result { ok, .. }, Some(_)) if is_unit(ok) => {
+            errors.push(error_at_tokens(
+                ok,
+                "`reply` publishes the value in `Ok`, and `()` is nothing to publish: return `Result<T, HandlerOutcome>` with `T: Outgoing`, or remove `reply`",
+            ));
+            None
+        }
+        (Output::Result { ok, .. }, Some(_)) => Some(Ret::Reply { value: ok }),
+        // `reply` needs a value to publish, which a bare outcome does not carry.
+        (Output::Other(ty), Some(_)) => {
+            let shown = ty_text(Some(ty));
+            let why = if last_segment_is(ty, "HandlerOutcome") {
+                "`HandlerOutcome` carries no value".to_owned()
+            } else {
+                format!("`{shown}` is not written as a `Result`")
+            };
+            errors.push(error_at_tokens(
+                ty,
+                format!(
+                    "`reply` publishes the value a handler returns in `Ok`, and {why}: return `Result<T, HandlerOutcome>` with `T: Outgoing`, or remove `reply`"
+                ),
+            ));
+            None
+        }
+        // A batch settles with outcomes, not with a `Result`.
+        (Output::Result { whole, .. }, None) if batch => {
+            errors.push(error_at_tokens(
+                whole,
+                "a batch subscriber returns `HandlerOutcome` (one for the whole batch) or `Vec<HandlerOutcome>` (one per message), not a `Result`",
+            ));
+            None
+        }
+        // A value in `Ok` is published only with `reply`; without it, it would be lost.
+        (Output::Result { ok, whole, .. }, None) if !is_unit(ok) => {
+            let shown = ty_text(Some(ok));
+            errors.push(error_at_tokens(
+                ok,
+                format!(
+                    "the handler returns `{shown}` but nothing publishes it: add `reply` (`#[subscriber(.., reply)]`) to publish it, or return `Result<(), HandlerOutcome>`"
+                ),
+            ));
+            let _ = whole;
+            None
+        }
+        (Output::Result { whole, .. }, None) => Some(Ret::Outcome(whole)),
+        (Output::Other(ty), None) => Some(Ret::Outcome(ty)),
+    }
+}
+
+/// The attribute's arguments.
+fn check_args<'a>(args: &'a Args, errors: &mut Errors) -> Option<&'a Descriptor> {
+    // `reply` is a switch: once is enough.
+    for extra in args.reply.iter().skip(1) {
+        errors.push(error_at(
+            *extra,
+            "`reply` is written twice: remove this one",
+        ));
+    }
+    // Only a descriptor and `reply` mean something.
+    for unknown in &args.unknown {
+        let hint = match unknown {
+            Expr::Assign(a) if matches!(&*a.left, Expr::Path(p) if p.path.is_ident("name")) => {
+                "; to rename the registration, call `.name(\"..\")` where it is mounted"
+            }
+            Expr::Path(p)
+                if p.path
+                    .get_ident()
+                    .is_some_and(|i| close_to_reply(&i.to_string())) =>
+            {
+                "; did you mean `reply`?"
+            }
+            _ => "",
+        };
+        errors.push(error_at_tokens(
+            unknown,
+            format!(
+                "unknown argument `{}`: `#[subscriber]` takes a descriptor, then optionally `reply`{hint}",
+                type_text(unknown)
+            ),
+        ));
+    }
+    // Without a descriptor the runtime does not know what to read.
+    let Some(descriptor) = &args.descriptor else {
+        errors.push(error_at(
+            Span::call_site(),
+            "`#[subscriber]` needs a descriptor first: a subject like `#[subscriber(\"orders.shipped\")]`, or an expression like `#[subscriber(JetStreamSubject::new(\"payments.authorized\", \"PAYMENTS\"))]`",
+        ));
+        return None;
+    };
+    match descriptor {
+        // A string is one Core subject: it follows the subject rules, and is no pattern.
+        Descriptor::Literal(lit) => {
+            let subject = lit.value();
+            if subject.contains(['*', '>']) && !subject.contains(char::is_whitespace) {
+                errors.push(error_at_tokens(
+                    lit,
+                    format!(
+                        "`{subject}` is a pattern, and a string descriptor is one subject: read a pattern with `CoreWildcard::new(\"{subject}\")`"
+                    ),
+                ));
+            } else if let Some(problem) = crate::subject::problem(&subject) {
+                errors.push(error_at_tokens(lit, problem));
+            }
+        }
+        // A `JetStreamSubject` reads from a stream, so its constructor names one.
+        Descriptor::Expr(expr) => {
+            if let Some(call) = jetstream_constructor(expr)
+                && call.args.len() < 2
+            {
+                let subject = call
+                    .args
+                    .first()
+                    .map_or_else(|| "\"subject\"".to_owned(), type_text);
+                errors.push(error_at_tokens(
+                    call,
+                    format!(
+                        "a `JetStreamSubject` reads a subject from a stream, and the stream is missing: `JetStreamSubject::new({subject}, \"STREAM\")`"
+                    ),
+                ));
+            }
+        }
+    }
+    Some(descriptor)
+}
+
+/// Whether `word` is a typo of `reply` (one letter changed, added, removed or swapped).
+fn close_to_reply(word: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (word.chars().collect(), "reply".chars().collect());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != cb);
+            let next = (row[j + 1] + 1).min(row[j] + 1).min(prev + cost);
+            prev = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()] <= 2
+}
+
+/// The `JetStreamSubject::new(..)` call at the root of a builder chain, if that is what it is.
+fn jetstream_constructor(expr: &Expr) -> Option<&syn::ExprCall> {
+    match expr {
+        Expr::MethodCall(m) => jetstream_constructor(&m.receiver),
+        Expr::Paren(p) => jetstream_constructor(&p.expr),
+        Expr::Group(g) => jetstream_constructor(&g.expr),
+        Expr::Call(call) => match &*call.func {
+            Expr::Path(p) => {
+                let segments: Vec<_> = p.path.segments.iter().rev().take(2).collect();
+                match segments[..] {
+                    [new, ty] if new.ident == "new" && ty.ident == "JetStreamSubject" => Some(call),
+                    _ => None,
+                }
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn receiver_error(tokens: &impl ToTokens) -> syn::Error {
+    error_at_tokens(
+        tokens,
+        "a subscriber is a free function, not a method: remove `self`, and reach shared clients through `State<T>`",
+    )
+}
+
+fn ty_text(ty: Option<&Type>) -> String {
+    ty.map(type_text).unwrap_or_default()
+}
+
+fn shown(elem: &Type, slice: bool) -> String {
+    let t = ty_text(Some(elem));
+    if slice { format!("[{t}]") } else { t }
+}

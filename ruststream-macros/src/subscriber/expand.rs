@@ -1,0 +1,343 @@
+//! The code a checked `#[subscriber]` becomes: a unit struct named after the function, its
+//! `Handle` (or `HandleBatch`) impl wrapping the function, and its `Mount` impl.
+//!
+//! Type problems the macro cannot see (a payload that does not decode, a reply that is not
+//! `Outgoing`, an extractor that is not one) are left to the compiler, through calls and bounds
+//! spanned at the user's tokens so that the error points there.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::Type;
+use syn::ext::IdentExt;
+
+use super::check::{Arg, Plan, Ret};
+use super::parse::{Descriptor, Handler, Shape};
+use crate::diag::first_last;
+
+/// The handler value and its impls.
+pub fn handler(plan: &Plan<'_>) -> TokenStream {
+    let h = plan.handler;
+    let name = &h.item.sig.ident;
+    let cfgs: Vec<_> = h.cfgs().collect();
+    let value = value_struct(h);
+    let payload = plan.payload;
+
+    let outs = match plan.ret {
+        Ret::Reply { value, .. } => quote!(::ruststream::Publisher<#value>),
+        Ret::Outcome(_) => quote!(()),
+    };
+    let extractors: Vec<&Type> = plan
+        .args
+        .iter()
+        .filter_map(|a| match a {
+            Arg::Extract(ty) => Some(*ty),
+            Arg::Context { .. } => None,
+        })
+        .collect();
+    // `Ty: FromContext<__S>`, spanned over `Ty`: a failing one names the parameter.
+    let extractor_bounds: Vec<TokenStream> = extractors
+        .iter()
+        .map(|ty| bound(ty, &quote!(::ruststream::FromContext), &quote!(<__S>)))
+        .collect();
+
+    let handle = if plan.batch {
+        handle_batch(plan, &extractor_bounds)
+    } else {
+        handle_single(plan, &outs, &extractor_bounds)
+    };
+
+    // The payload and the reply were checked where the handler is defined (in the body of
+    // `handle`); these bounds name `__S`, so that they are checked again only where it is
+    // mounted, and a failing one points at the user's type.
+    let payload_bound = bound(
+        payload,
+        &quote!(::ruststream::__private::PayloadFor),
+        &quote!(<__S, #outs>),
+    );
+    let reply_bound = reply_bound(plan);
+    let descriptor = match plan.descriptor {
+        Descriptor::Literal(lit) => {
+            quote_spanned!(lit.span()=> ::ruststream::__private::descriptor(#lit))
+        }
+        Descriptor::Expr(expr) => {
+            let (first, last) = first_last(expr);
+            let open = quote_spanned!(first=> ::ruststream::__private::descriptor);
+            let args = quote_spanned!(last=> (#expr));
+            quote!(#open #args)
+        }
+    };
+    let register = if plan.batch {
+        quote!(batch)
+    } else {
+        quote!(single)
+    };
+    let registration = name.unraw().to_string();
+
+    quote! {
+        #value
+
+        #(#cfgs)*
+        #handle
+
+        #(#cfgs)*
+        impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
+            ::ruststream::Mount<__S, ()> for #name
+        where
+            #(#extractor_bounds,)*
+            #payload_bound,
+            #reply_bound
+        {
+            fn mount(self) -> ::ruststream::Registration<__S> {
+                <#payload as ::ruststream::__private::PayloadFor<__S, #outs>>::#register(
+                    #descriptor,
+                    self,
+                    #registration,
+                )
+            }
+        }
+    }
+}
+
+/// `impl Handle<Payload, Outs, __S>`.
+fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) -> TokenStream {
+    let h = plan.handler;
+    let name = &h.item.sig.ident;
+    let payload = plan.payload;
+    let inner = inner_fn(h);
+    let check_payload = check_call(quote!(assert_payload), payload, quote!(()));
+    let (state, extracts, call_args) = arguments(
+        plan,
+        &quote!(extract),
+        &quote!(state),
+        |o| quote!(return ::core::result::Result::Err(#o)),
+    );
+    let (check_reply, finish) = match plan.ret {
+        Ret::Reply { value, .. } => (
+            check_call(quote!(assert_outgoing), value, quote!(();)),
+            quote! {
+                <#value as ::ruststream::__private::ReplyFor<__S>>::reply(__ret, __outs, __ctx).await
+            },
+        ),
+        Ret::Outcome(ty) => (
+            TokenStream::new(),
+            check_call(quote!(into_result), ty, quote!((__ret))),
+        ),
+    };
+    let reply_bound = reply_bound(plan);
+    quote! {
+        impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
+            ::ruststream::Handle<#payload, #outs, __S> for #name
+        where
+            #(#bounds,)*
+            #reply_bound
+        {
+            async fn handle(
+                &self,
+                __input: &#payload,
+                __outs: &#outs,
+                __ctx: &mut ::ruststream::Context<'_>,
+            ) -> ::core::result::Result<(), ::ruststream::HandlerOutcome> {
+                #inner
+                #check_payload;
+                #check_reply
+                #state
+                #(#extracts)*
+                let __ret = #name(__input, #(#call_args),*).await;
+                #finish
+            }
+        }
+    }
+}
+
+/// `R: ReplyFor<__S>` for a `reply` handler, spanned over `R`.
+fn reply_bound(plan: &Plan<'_>) -> TokenStream {
+    match plan.ret {
+        Ret::Reply { value, .. } => {
+            let bound = bound(
+                value,
+                &quote!(::ruststream::__private::ReplyFor),
+                &quote!(<__S>),
+            );
+            quote!(#bound,)
+        }
+        Ret::Outcome(_) => TokenStream::new(),
+    }
+}
+
+/// `Ty: Trait<Args>` whose trait path spans `Ty`: the compiler marks a failing bound at the
+/// trait's span, which is then the user's type.
+fn bound(ty: &Type, trait_path: &TokenStream, args: &TokenStream) -> TokenStream {
+    let (first, last) = first_last(ty);
+    let path = respan(trait_path.clone(), first);
+    let args = respan(args.clone(), last);
+    quote!(#ty: #path #args)
+}
+
+/// `tokens`, every one spanned at `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tree| {
+            if let proc_macro2::TokenTree::Group(g) = &tree {
+                let mut group = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                tree = proc_macro2::TokenTree::Group(group);
+            } else {
+                tree.set_span(span);
+            }
+            tree
+        })
+        .collect()
+}
+
+/// `impl HandleBatch<Payload, (), __S>`.
+fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
+    let h = plan.handler;
+    let name = &h.item.sig.ident;
+    let payload = plan.payload;
+    let inner = inner_fn(h);
+    let check_payload = check_call(quote!(assert_payload), payload, quote!(()));
+    let (state, extracts, call_args) = arguments(
+        plan,
+        &quote!(extract_batch),
+        &quote!(batch_state),
+        |o| quote!(return ::ruststream::BatchOutcome::All(#o)),
+    );
+    let finish = match plan.ret {
+        Ret::Outcome(ty) => check_call(quote!(into_batch_outcome), ty, quote!((__ret))),
+        // `check.rs` refuses `reply` on a batch.
+        Ret::Reply { .. } => quote!(::core::unreachable!()),
+    };
+    quote! {
+        impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
+            ::ruststream::HandleBatch<#payload, (), __S> for #name
+        where
+            #(#bounds,)*
+        {
+            async fn handle_batch(
+                &self,
+                __input: &[#payload],
+                __outs: &(),
+                __ctx: &mut ::ruststream::BatchContext<'_>,
+            ) -> ::ruststream::BatchOutcome {
+                #inner
+                #check_payload;
+                #state
+                #(#extracts)*
+                let __ret = #name(__input, #(#call_args),*).await;
+                #finish
+            }
+        }
+    }
+}
+
+/// The state lookup, one `let` per extractor (in the order written), and the arguments of the
+/// call to the function.
+fn arguments(
+    plan: &Plan<'_>,
+    extract: &TokenStream,
+    state: &TokenStream,
+    reject: impl Fn(TokenStream) -> TokenStream,
+) -> (TokenStream, Vec<TokenStream>, Vec<TokenStream>) {
+    let mut extracts = Vec::new();
+    let mut call_args = Vec::new();
+    for (i, arg) in plan.args.iter().enumerate() {
+        match arg {
+            Arg::Extract(ty) => {
+                let var = format_ident!("__a{}", i);
+                let rejected = reject(quote!(__outcome));
+                extracts.push(quote! {
+                    let #var = match ::ruststream::__private::#extract::<#ty, __S>(__ctx, __state) {
+                        ::core::result::Result::Ok(__value) => __value,
+                        ::core::result::Result::Err(__outcome) => #rejected,
+                    };
+                });
+                call_args.push(quote!(#var));
+            }
+            Arg::Context { mutable: true } => call_args.push(quote!(&mut *__ctx)),
+            Arg::Context { mutable: false } => call_args.push(quote!(&*__ctx)),
+        }
+    }
+    let state = if extracts.is_empty() {
+        TokenStream::new()
+    } else {
+        let rejected = reject(quote!(__outcome));
+        quote! {
+            let __state: &__S = match ::ruststream::__private::#state::<__S>(__ctx) {
+                ::core::result::Result::Ok(__state) => __state,
+                ::core::result::Result::Err(__outcome) => #rejected,
+            };
+        }
+    };
+    (state, extracts, call_args)
+}
+
+/// `::ruststream::__private::function::<Ty>args`, spanned over `Ty` so that an unsatisfied bound
+/// of `function` is reported at the user's type.
+fn check_call(function: TokenStream, ty: &Type, args: TokenStream) -> TokenStream {
+    let (first, last) = first_last(ty);
+    let open = quote_spanned!(first=> ::ruststream::__private::#function::<);
+    let close = quote_spanned!(last=> >#args);
+    quote!(#open #ty #close)
+}
+
+/// The user's function, unchanged but for its docs and visibility, nested in the impl.
+fn inner_fn(h: &Handler) -> TokenStream {
+    let attrs = h.fn_attrs();
+    let sig = &h.item.sig;
+    let block = &h.item.block;
+    quote! {
+        #(#attrs)*
+        #sig #block
+    }
+}
+
+/// The unit struct that carries the function's name, visibility and docs.
+fn value_struct(h: &Handler) -> TokenStream {
+    let name = &h.item.sig.ident;
+    let vis = &h.item.vis;
+    let docs = h.docs();
+    let cfgs = h.cfgs();
+    quote! {
+        #(#docs)*
+        #(#cfgs)*
+        #[allow(non_camel_case_types)]
+        #[derive(::core::fmt::Debug, ::core::clone::Clone, ::core::marker::Copy, ::core::default::Default)]
+        #vis struct #name;
+    }
+}
+
+/// What a subscriber with errors becomes: the errors, the handler value (so that uses of the
+/// name do not add errors of their own), a `Mount` impl that is never run, and the function,
+/// out of the way, so that errors in its body still show.
+pub fn fallback(h: &Handler, errors: syn::Error) -> TokenStream {
+    let errors = errors.to_compile_error();
+    // A method sits in an `impl` block, where no struct can: leave it as it is.
+    if h.params.iter().any(|p| matches!(p.shape, Shape::Receiver)) {
+        let item = &h.item;
+        return quote!(#errors #item);
+    }
+    let name = &h.item.sig.ident;
+    let value = value_struct(h);
+    let cfgs: Vec<_> = h.cfgs().collect();
+    let mut item = h.item.clone();
+    item.sig.asyncness = Some(syn::Token![async](Span::call_site()));
+    item.attrs.retain(|a| !a.path().is_ident("doc"));
+    quote! {
+        #errors
+        #value
+
+        #(#cfgs)*
+        const _: () = {
+            #[allow(dead_code, unused_variables, unused_mut, clippy::all)]
+            #item
+        };
+
+        #(#cfgs)*
+        impl<__S> ::ruststream::Mount<__S, ()> for #name {
+            fn mount(self) -> ::ruststream::Registration<__S> {
+                ::core::unreachable!("`#[subscriber]` reported an error at compile time")
+            }
+        }
+    }
+}

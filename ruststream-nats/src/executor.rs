@@ -1,0 +1,483 @@
+//! Carries out a settlement decision on the wire, in order: the dead-letter publish, the Core
+//! copy, then what the server is told about the original.
+//!
+//! The decision itself is `ruststream::settle::decide`, a pure function; nothing here decides.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use ruststream::registration::{Handled, RegistrationInfo};
+use ruststream::settle::{AckKind, Decision, DeliveryModel, Settle};
+use ruststream::{AckError, Delivery, Headers};
+
+use crate::copies::Copies;
+use crate::transport::{Transport, TransportError, TransportErrorKind};
+
+/// A delivery with what its settlement needs besides the delivery itself.
+#[derive(Debug)]
+pub(crate) struct Incoming {
+    /// The delivery, as the handler sees it.
+    pub(crate) delivery: Delivery,
+    /// Where a JetStream acknowledgement goes; `None` on Core.
+    pub(crate) ack_subject: Option<Arc<str>>,
+}
+
+/// Executes the decisions of one registration.
+pub(crate) struct Executor {
+    transport: Arc<dyn Transport>,
+    copies: Arc<Copies>,
+    registration: Arc<str>,
+    subject: String,
+    model: DeliveryModel,
+    dead_letter: Option<Arc<str>>,
+    copy_target: Option<Arc<str>>,
+    /// Whether the one warning about Core settlements was logged.
+    warned_unsupported: AtomicBool,
+}
+
+impl Executor {
+    pub(crate) fn new(
+        transport: Arc<dyn Transport>,
+        copies: Arc<Copies>,
+        info: &RegistrationInfo,
+    ) -> Self {
+        Self {
+            transport,
+            copies,
+            registration: Arc::from(info.name.as_str()),
+            subject: info.descriptor.subject.clone(),
+            model: info.descriptor.model,
+            dead_letter: info.policy.dead_letter.as_deref().map(Arc::from),
+            copy_target: info.copy_target().map(Arc::from),
+            warned_unsupported: AtomicBool::new(false),
+        }
+    }
+
+    /// Logs what the handler said when it needs saying, then carries out `decision`.
+    pub(crate) async fn execute(
+        &self,
+        incoming: &Incoming,
+        handled: &Handled,
+        decision: &Decision,
+    ) {
+        self.log_handled(&incoming.delivery, handled, decision);
+        if decision.dead_letter {
+            let Some(dead_letter) = &self.dead_letter else {
+                tracing::error!(
+                    registration = %self.registration,
+                    "the decision names a dead-letter subject the registration does not declare; the delivery is not settled"
+                );
+                return;
+            };
+            if let Err(err) = self
+                .publish_dead_letter(dead_letter, &incoming.delivery)
+                .await
+            {
+                let consequence = match self.model {
+                    DeliveryModel::JetStream => {
+                        "the original is not settled: the server delivers it again after ack_wait"
+                    }
+                    DeliveryModel::Core => "the message is lost (Core NATS is at most once)",
+                };
+                tracing::error!(
+                    registration = %self.registration,
+                    subject = incoming.delivery.subject(),
+                    dead_letter = %dead_letter,
+                    %err,
+                    "the dead-letter publish failed; {consequence}"
+                );
+                return;
+            }
+            tracing::info!(
+                registration = %self.registration,
+                subject = incoming.delivery.subject(),
+                dead_letter = %dead_letter,
+                attempt = incoming.delivery.attempt().get(),
+                "the delivery went to the dead-letter subject"
+            );
+        }
+        if let Some(copy) = decision.copy {
+            match &self.copy_target {
+                Some(target) => {
+                    self.copies
+                        .send(&self.registration, target, &incoming.delivery, copy)
+                        .await;
+                }
+                None => tracing::error!(
+                    registration = %self.registration,
+                    "a retry copy has no subject to go to; add `.retry_to(\"subject\")` at the mount site"
+                ),
+            }
+        }
+        match decision.settle {
+            Settle::Send(kind) => {
+                if let Err(err) = self.send(incoming, kind).await {
+                    tracing::warn!(
+                        registration = %self.registration,
+                        subject = incoming.delivery.subject(),
+                        ack = %kind,
+                        %err,
+                        "the settlement did not reach the server: it delivers the message again after ack_wait"
+                    );
+                }
+            }
+            Settle::Unsupported(kind) => self.unsupported(kind),
+            Settle::Nothing => {}
+        }
+    }
+
+    /// Gives a delivery that was pulled but never handled back to the server at once (`-NAK`),
+    /// so that it need not wait for `ack_wait`.
+    pub(crate) async fn release(&self, incoming: &Incoming) {
+        if self.model != DeliveryModel::JetStream {
+            return;
+        }
+        match self.send(incoming, AckKind::Nak).await {
+            Ok(()) => tracing::debug!(
+                registration = %self.registration,
+                subject = incoming.delivery.subject(),
+                "released a delivery pulled but not handled before the stop"
+            ),
+            Err(err) => tracing::debug!(
+                registration = %self.registration,
+                %err,
+                "a delivery pulled before the stop was not released; the server delivers it again after ack_wait"
+            ),
+        }
+    }
+
+    /// Sends `kind` to the delivery's acknowledgement subject.
+    async fn send(&self, incoming: &Incoming, kind: AckKind) -> Result<(), AckError> {
+        let Some(ack_subject) = &incoming.ack_subject else {
+            return Err(AckError::Failed(
+                "the delivery has no acknowledgement subject".into(),
+            ));
+        };
+        self.transport
+            .publish(
+                Arc::clone(ack_subject),
+                Headers::new(),
+                Bytes::from(kind.to_string()),
+            )
+            .await
+            .map_err(|err| AckError::Failed(Box::new(err)))?;
+        tracing::trace!(registration = %self.registration, ack = %kind, "settled");
+        Ok(())
+    }
+
+    /// The delivery as it arrived, payload and headers unchanged, to `subject`: stored when a
+    /// stream stores the subject, else a Core publish confirmed by a flush.
+    async fn publish_dead_letter(
+        &self,
+        subject: &Arc<str>,
+        delivery: &Delivery,
+    ) -> Result<(), TransportError> {
+        let headers = delivery.headers().clone();
+        let payload = delivery.payload().clone();
+        let stored = match self.transport.stream_by_subject(subject).await {
+            Ok(Some(_)) => true,
+            Ok(None) => false,
+            Err(err) => {
+                tracing::debug!(%err, "trying a stored publish for the dead letter");
+                true
+            }
+        };
+        if stored {
+            match self
+                .transport
+                .publish_stored(Arc::clone(subject), headers.clone(), payload.clone())
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(err) if err.kind == TransportErrorKind::NoStream => {}
+                Err(err) => return Err(err),
+            }
+        }
+        self.transport
+            .publish(Arc::clone(subject), headers, payload)
+            .await?;
+        self.transport.flush().await
+    }
+
+    /// Core settles nothing: a warning naming the subscription once, then at debug.
+    fn unsupported(&self, kind: AckKind) {
+        let err = AckError::Unsupported;
+        if self.warned_unsupported.swap(true, Ordering::Relaxed) {
+            tracing::debug!(
+                registration = %self.registration,
+                subject = %self.subject,
+                outcome = %kind,
+                %err,
+                "Core NATS settles nothing"
+            );
+        } else {
+            tracing::warn!(
+                registration = %self.registration,
+                subject = %self.subject,
+                outcome = %kind,
+                %err,
+                "Core NATS settles nothing: the outcome is not sent to the server (logged once for this subscription, then at debug)"
+            );
+        }
+    }
+
+    fn log_handled(&self, delivery: &Delivery, handled: &Handled, decision: &Decision) {
+        match handled {
+            Handled::Outcome(_) => {}
+            Handled::Undecodable(error) => tracing::warn!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                %error,
+                dead_letter = decision.dead_letter,
+                "the payload does not decode; it is not retried"
+            ),
+            Handled::Panicked(panic) => tracing::error!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                %panic,
+                attempt = delivery.attempt().get(),
+                "the handler panicked; treated as retry()"
+            ),
+            Handled::NoOutcome(reason) => tracing::error!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                %reason,
+                "nothing settles the delivery"
+            ),
+            _ => tracing::warn!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                ?handled,
+                "the delivery was handled in a way this broker does not know"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+    use std::sync::Mutex;
+
+    use futures::future::BoxFuture;
+    use ruststream::HandlerOutcome;
+    use ruststream::Registration;
+    use ruststream::settle::{Facts, decide};
+
+    use super::*;
+    use crate::transport::{ConsumerSpec, StreamSpec, Subscription};
+
+    /// Records what reached the wire; a stored publish answers `stored`.
+    struct Wire {
+        sent: Mutex<Vec<String>>,
+        stored: fn() -> Result<u64, TransportError>,
+        stream: Option<&'static str>,
+    }
+
+    impl Wire {
+        fn new(
+            stored: fn() -> Result<u64, TransportError>,
+            stream: Option<&'static str>,
+        ) -> Arc<Self> {
+            Arc::new(Self {
+                sent: Mutex::new(Vec::new()),
+                stored,
+                stream,
+            })
+        }
+
+        fn sent(&self) -> Vec<String> {
+            self.sent.lock().expect("not poisoned").clone()
+        }
+
+        fn record(&self, line: String) {
+            self.sent.lock().expect("not poisoned").push(line);
+        }
+    }
+
+    impl Transport for Wire {
+        fn publish(
+            &self,
+            subject: Arc<str>,
+            _headers: Headers,
+            payload: Bytes,
+        ) -> BoxFuture<'_, Result<(), TransportError>> {
+            self.record(format!(
+                "pub {subject} {}",
+                String::from_utf8_lossy(&payload)
+            ));
+            Box::pin(async { Ok(()) })
+        }
+
+        fn publish_stored(
+            &self,
+            subject: Arc<str>,
+            _headers: Headers,
+            _payload: Bytes,
+        ) -> BoxFuture<'_, Result<u64, TransportError>> {
+            self.record(format!("stored {subject}"));
+            let result = (self.stored)();
+            Box::pin(async move { result })
+        }
+
+        fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>> {
+            self.record("flush".to_owned());
+            Box::pin(async { Ok(()) })
+        }
+
+        fn subscribe(
+            &self,
+            _subject: String,
+            _queue_group: Option<String>,
+        ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+            Box::pin(async { Err(TransportError::new(TransportErrorKind::Other, "unused")) })
+        }
+
+        fn stream_exists(&self, _name: &str) -> BoxFuture<'_, Result<bool, TransportError>> {
+            Box::pin(async { Ok(true) })
+        }
+
+        fn stream_by_subject(
+            &self,
+            _subject: &str,
+        ) -> BoxFuture<'_, Result<Option<String>, TransportError>> {
+            let stream = self.stream.map(str::to_owned);
+            Box::pin(async move { Ok(stream) })
+        }
+
+        fn declare_stream(&self, _spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn consume(
+            &self,
+            _spec: ConsumerSpec,
+        ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+            Box::pin(async { Err(TransportError::new(TransportErrorKind::Other, "unused")) })
+        }
+    }
+
+    struct Noop;
+
+    impl ruststream::Handle<serde_json::Value> for Noop {
+        async fn handle(
+            &self,
+            _input: &serde_json::Value,
+            _outs: &(),
+            _ctx: &mut ruststream::Context<'_>,
+        ) -> Result<(), HandlerOutcome> {
+            Ok(())
+        }
+    }
+
+    fn executor(wire: &Arc<Wire>, model: DeliveryModel, dead_letter: bool) -> Executor {
+        let mut registration: Registration<()> = match model {
+            DeliveryModel::JetStream => Registration::single::<_, _, serde_json::Value, ()>(
+                "worker",
+                crate::JetStreamSubject::new("orders.created", "S"),
+                Noop,
+            ),
+            DeliveryModel::Core => Registration::single::<_, _, serde_json::Value, ()>(
+                "worker",
+                crate::CoreSubject::new("orders.created"),
+                Noop,
+            ),
+        };
+        registration.max_attempts(NonZeroU32::new(2).expect("two"));
+        if dead_letter {
+            registration.dead_letter("dead.orders");
+        }
+        let transport: Arc<dyn Transport> = Arc::clone(wire) as Arc<dyn Transport>;
+        Executor::new(
+            Arc::clone(&transport),
+            Arc::new(Copies::new(transport)),
+            &registration.info(),
+        )
+    }
+
+    fn at_cap() -> Incoming {
+        let delivery = Delivery::new("orders.created", Bytes::from_static(b"{}"))
+            .with_attempt(NonZeroU32::new(2).expect("two"));
+        Incoming {
+            delivery,
+            ack_subject: Some(Arc::from("$JS.ACK.S.C.2.1.2.0.0")),
+        }
+    }
+
+    async fn run(executor: &Executor, incoming: &Incoming) {
+        let facts = Facts::jetstream(incoming.delivery.attempt())
+            .with_cap(NonZeroU32::new(2).expect("two"))
+            .with_dead_letter();
+        let handled = Handled::Outcome(HandlerOutcome::retry());
+        let decision = decide(&HandlerOutcome::retry(), &facts);
+        executor.execute(incoming, &handled, &decision).await;
+    }
+
+    #[tokio::test]
+    async fn a_dead_letter_is_stored_before_the_original_is_terminated() {
+        let wire = Wire::new(|| Ok(1), Some("DEAD"));
+        run(&executor(&wire, DeliveryModel::JetStream, true), &at_cap()).await;
+        assert_eq!(
+            wire.sent(),
+            ["stored dead.orders", "pub $JS.ACK.S.C.2.1.2.0.0 +TERM"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_dead_letter_sends_nothing_else() {
+        let wire = Wire::new(
+            || {
+                Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    "maximum messages exceeded",
+                ))
+            },
+            Some("DEAD"),
+        );
+        run(&executor(&wire, DeliveryModel::JetStream, true), &at_cap()).await;
+        assert_eq!(wire.sent(), ["stored dead.orders"]);
+    }
+
+    #[tokio::test]
+    async fn a_dead_letter_no_stream_stores_is_a_confirmed_core_publish() {
+        let wire = Wire::new(|| Ok(1), None);
+        run(&executor(&wire, DeliveryModel::JetStream, true), &at_cap()).await;
+        assert_eq!(
+            wire.sent(),
+            [
+                "pub dead.orders {}",
+                "flush",
+                "pub $JS.ACK.S.C.2.1.2.0.0 +TERM"
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_core_retry_below_the_cap_is_a_copy_with_its_count() {
+        let wire = Wire::new(|| Ok(1), None);
+        let executor = executor(&wire, DeliveryModel::Core, false);
+        let incoming = Incoming {
+            delivery: Delivery::new("orders.created", Bytes::from_static(b"{}")),
+            ack_subject: None,
+        };
+        let facts = executor_facts(&incoming);
+        let decision = decide(&HandlerOutcome::retry(), &facts);
+        executor
+            .execute(
+                &incoming,
+                &Handled::Outcome(HandlerOutcome::retry()),
+                &decision,
+            )
+            .await;
+        // The copy; the settlement is unsupported on Core and only logged.
+        assert_eq!(wire.sent(), ["pub orders.created {}"]);
+        assert!(executor.warned_unsupported.load(Ordering::Relaxed));
+    }
+
+    fn executor_facts(incoming: &Incoming) -> Facts {
+        Facts::core(incoming.delivery.attempt())
+            .with_cap(NonZeroU32::new(2).expect("two"))
+            .with_copy_target()
+    }
+}

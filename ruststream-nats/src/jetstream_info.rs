@@ -1,0 +1,126 @@
+//! What a JetStream delivery's acknowledgement subject tells: the stream, the consumer, the
+//! delivery count and the sequences.
+
+/// The facts of a JetStream delivery, read from its acknowledgement subject and attached to the
+/// delivery as an extension (`delivery.extension::<JetStreamInfo>()`).
+///
+/// Two forms of the subject exist; both are read:
+///
+/// - `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<timestamp>.<pending>`
+/// - `$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<timestamp>.<pending>[.<random>]`
+///
+/// ```
+/// use ruststream_nats::JetStreamInfo;
+///
+/// let info = JetStreamInfo::parse("$JS.ACK.PAYMENTS.capture.2.17.21.1700000000000000000.4")
+///     .expect("an acknowledgement subject");
+/// assert_eq!(info.stream, "PAYMENTS");
+/// assert_eq!(info.consumer, "capture");
+/// assert_eq!(info.delivered, 2);
+/// assert_eq!(info.stream_sequence, 17);
+/// assert_eq!(info.pending, 4);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct JetStreamInfo {
+    /// The JetStream domain, when the subject names one (`_` means none and gives `None`).
+    pub domain: Option<String>,
+    /// The stream the message is stored in.
+    pub stream: String,
+    /// The consumer that delivered it.
+    pub consumer: String,
+    /// How many times the consumer delivered it, this delivery included.
+    pub delivered: u64,
+    /// The message's sequence in the stream: the same on every redelivery.
+    pub stream_sequence: u64,
+    /// The consumer's delivery sequence: new on every delivery.
+    pub consumer_sequence: u64,
+    /// When the message was stored, in nanoseconds since the Unix epoch.
+    pub timestamp: u64,
+    /// How many messages the consumer still had to deliver.
+    pub pending: u64,
+}
+
+impl JetStreamInfo {
+    /// Reads an acknowledgement subject; `None` when it is not one.
+    pub fn parse(subject: &str) -> Option<Self> {
+        let tokens: Vec<&str> = subject.split('.').collect();
+        let (domain, rest) = match tokens.as_slice() {
+            ["$JS", "ACK", rest @ ..] if rest.len() == 7 => (None, rest),
+            ["$JS", "ACK", domain, _hash, rest @ ..] if rest.len() >= 7 => {
+                let domain = (*domain != "_" && !domain.is_empty()).then(|| (*domain).to_owned());
+                (domain, &rest[..7])
+            }
+            _ => return None,
+        };
+        let [stream, consumer, delivered, sseq, cseq, ts, pending] = rest else {
+            return None;
+        };
+        if stream.is_empty() || consumer.is_empty() {
+            return None;
+        }
+        Some(Self {
+            domain,
+            stream: (*stream).to_owned(),
+            consumer: (*consumer).to_owned(),
+            delivered: delivered.parse().ok()?,
+            stream_sequence: sseq.parse().ok()?,
+            consumer_sequence: cseq.parse().ok()?,
+            timestamp: ts.parse().ok()?,
+            pending: pending.parse().ok()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JetStreamInfo;
+
+    #[test]
+    fn reads_the_v1_form() {
+        let info = JetStreamInfo::parse("$JS.ACK.ORDERS.worker.3.10.12.1700000000000000000.0")
+            .expect("v1 form");
+        assert_eq!(info.domain, None);
+        assert_eq!(info.stream, "ORDERS");
+        assert_eq!(info.consumer, "worker");
+        assert_eq!(info.delivered, 3);
+        assert_eq!(info.stream_sequence, 10);
+        assert_eq!(info.consumer_sequence, 12);
+        assert_eq!(info.timestamp, 1_700_000_000_000_000_000);
+        assert_eq!(info.pending, 0);
+    }
+
+    #[test]
+    fn reads_the_v2_form_with_and_without_the_random_token() {
+        let with = JetStreamInfo::parse(
+            "$JS.ACK.hub.ACCHASH.ORDERS.worker.1.5.6.1700000000000000000.9.r4nd0m",
+        )
+        .expect("v2 form");
+        assert_eq!(with.domain.as_deref(), Some("hub"));
+        assert_eq!(with.stream, "ORDERS");
+        assert_eq!(with.delivered, 1);
+        assert_eq!(with.stream_sequence, 5);
+        assert_eq!(with.pending, 9);
+
+        let without =
+            JetStreamInfo::parse("$JS.ACK._.ACCHASH.ORDERS.worker.2.5.7.1700000000000000000.9")
+                .expect("v2 form without the random token");
+        assert_eq!(without.domain, None);
+        assert_eq!(without.delivered, 2);
+        assert_eq!(without.consumer_sequence, 7);
+    }
+
+    #[test]
+    fn refuses_what_is_not_an_ack_subject() {
+        for subject in [
+            "",
+            "_INBOX.abc",
+            "$JS.ACK.ORDERS.worker.x.10.12.1.0",
+            "$JS.ACK.ORDERS.worker.1.10.12.1",
+            "$JS.API.CONSUMER.INFO.ORDERS.worker",
+            "$JS.ACK..worker.1.10.12.1.0",
+        ] {
+            assert_eq!(JetStreamInfo::parse(subject), None, "{subject}");
+        }
+    }
+}

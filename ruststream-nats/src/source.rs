@@ -1,0 +1,432 @@
+//! One source per registration: reads the wire's messages, turns each into a
+//! [`Delivery`](ruststream::Delivery), runs the handler with bounded concurrency and hands the
+//! decision to the [`Executor`].
+//!
+//! A source takes a message only once a handler slot is free (`policy.concurrency` of them), so
+//! the transport's flow control sees the service's real pace. A batch handler gets up to its
+//! batch size of messages that are ready at once.
+//!
+//! On stop the source takes no new message, asks the transport to stop, and handles what the
+//! transport still hands over: a JetStream delivery pulled but not started is released with
+//! `-NAK` (delivered again at once, to whichever instance pulls); a Core message, the only copy
+//! there is, is handled. Then it waits for its handlers in flight until the drain deadline.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use ruststream::settle::DeliveryModel;
+use ruststream::{Delivery, Endpoint};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::{JoinError, JoinSet};
+use tokio::time::Instant;
+
+use crate::JetStreamInfo;
+use crate::copies::RETRY_COUNT_HEADER;
+use crate::executor::{Executor, Incoming};
+use crate::publish::NatsPublisher;
+use crate::transport::{MessageStream, RawMessage, Subscription, TransportError, Unsubscribe};
+
+/// How long a source waits after the transport reported an error, so a failing connection does
+/// not flood the logs.
+const ERROR_PAUSE: Duration = Duration::from_millis(250);
+
+/// The first pause before a subscription that ended is opened again; it doubles up to
+/// [`REOPEN_PAUSE_MAX`].
+const REOPEN_PAUSE: Duration = Duration::from_millis(250);
+const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(30);
+
+/// Opens a registration's subscription again after it ended.
+pub(crate) type Reopen =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<Subscription, ruststream::Error>> + Send + Sync>;
+
+/// `None` while running; the drain deadline once the broker is stopping.
+pub(crate) type StopSignal = watch::Receiver<Option<Instant>>;
+
+/// A registration's messages, its handler and what carries out its decisions.
+pub(crate) struct Source {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) messages: MessageStream,
+    pub(crate) unsubscribe: Box<dyn Unsubscribe>,
+    pub(crate) executor: Arc<Executor>,
+    pub(crate) publisher: Arc<NatsPublisher>,
+    pub(crate) stop: StopSignal,
+    pub(crate) reopen: Reopen,
+    /// How many ready messages one handler call takes: 1, or a batch handler's batch size.
+    pub(crate) batch: usize,
+}
+
+impl Source {
+    /// Runs until the broker stops; returns how many handlers were still running at the drain
+    /// deadline (abandoned, their deliveries unsettled).
+    pub(crate) async fn run(mut self) -> usize {
+        let model = self.endpoint.info().descriptor.model;
+        let permits = Arc::new(Semaphore::new(self.endpoint.policy().concurrency.get()));
+        let mut tasks = JoinSet::new();
+        let mut ended = false;
+        let mut stop = self.stop.clone();
+        let deadline = loop {
+            while let Some(result) = tasks.try_join_next() {
+                joined(self.endpoint.name(), result);
+            }
+            let permit = tokio::select! {
+                biased;
+                deadline = stopping(&mut stop) => break deadline,
+                permit = Arc::clone(&permits).acquire_owned() => permit,
+            };
+            let Ok(permit) = permit else {
+                break stopping(&mut stop).await;
+            };
+            let first = tokio::select! {
+                biased;
+                deadline = stopping(&mut stop) => break deadline,
+                first = self.first() => first,
+            };
+            if let Some(first) = first {
+                // Not cancelled: a message taken is always handled.
+                let unit = self.gather(first).await;
+                self.spawn(&mut tasks, unit, permit);
+            } else {
+                drop(permit);
+                tracing::warn!(
+                    registration = self.endpoint.name(),
+                    subject = %self.endpoint.info().descriptor.subject,
+                    "the subscription ended (the consumer was deleted, or the connection closed); opening it again"
+                );
+                if let Some(deadline) = self.reopen_until_stopped(&mut stop).await {
+                    ended = true;
+                    break deadline;
+                }
+            }
+        };
+
+        if !ended {
+            if tokio::time::timeout_at(deadline, self.unsubscribe.stop())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    registration = self.endpoint.name(),
+                    "the subscription did not stop before the drain deadline"
+                );
+            }
+            self.leftovers(model, &permits, &mut tasks, deadline).await;
+        }
+
+        let registration = self.endpoint.name();
+        let finished = tokio::time::timeout_at(deadline, async {
+            while let Some(result) = tasks.join_next().await {
+                joined(registration, result);
+            }
+        })
+        .await;
+        if finished.is_ok() {
+            return 0;
+        }
+        let abandoned = tasks.len();
+        tasks.abort_all();
+        tracing::warn!(
+            registration = self.endpoint.name(),
+            abandoned,
+            "handlers still ran at the drain timeout and were abandoned; their deliveries are not settled (JetStream delivers them again after ack_wait)"
+        );
+        abandoned
+    }
+
+    /// Opens the subscription again, with a growing pause between tries, until it opens (`None`)
+    /// or the broker stops (its drain deadline).
+    async fn reopen_until_stopped(&mut self, stop: &mut StopSignal) -> Option<Instant> {
+        let mut pause = REOPEN_PAUSE;
+        loop {
+            tokio::select! {
+                biased;
+                deadline = stopping(stop) => return Some(deadline),
+                () = tokio::time::sleep(pause) => {}
+            }
+            let reopened = tokio::select! {
+                biased;
+                deadline = stopping(stop) => return Some(deadline),
+                reopened = (self.reopen)() => reopened,
+            };
+            match reopened {
+                Ok((messages, unsubscribe)) => {
+                    self.messages = messages;
+                    self.unsubscribe = unsubscribe;
+                    tracing::info!(registration = self.endpoint.name(), "subscribed again");
+                    return None;
+                }
+                Err(err) => {
+                    pause = (pause * 2).min(REOPEN_PAUSE_MAX);
+                    tracing::warn!(
+                        registration = self.endpoint.name(),
+                        %err,
+                        retry_in = ?pause,
+                        "cannot subscribe again"
+                    );
+                }
+            }
+        }
+    }
+
+    /// What the transport hands over after the stop: JetStream deliveries are released, Core
+    /// messages handled.
+    async fn leftovers(
+        &mut self,
+        model: DeliveryModel,
+        permits: &Arc<Semaphore>,
+        tasks: &mut JoinSet<()>,
+        deadline: Instant,
+    ) {
+        loop {
+            let next = match tokio::time::timeout_at(deadline, self.messages.next()).await {
+                Ok(Some(next)) => next,
+                Ok(None) | Err(_) => return,
+            };
+            let raw = match next {
+                Ok(raw) => raw,
+                Err(err) => {
+                    tracing::debug!(registration = self.endpoint.name(), %err, "while stopping");
+                    continue;
+                }
+            };
+            let incoming = self.incoming(raw);
+            match model {
+                DeliveryModel::JetStream => self.executor.release(&incoming).await,
+                DeliveryModel::Core => {
+                    let permit =
+                        tokio::time::timeout_at(deadline, Arc::clone(permits).acquire_owned())
+                            .await;
+                    match permit {
+                        Ok(Ok(permit)) => self.spawn(tasks, vec![incoming], permit),
+                        _ => {
+                            tracing::warn!(
+                                registration = self.endpoint.name(),
+                                "a Core message received before the stop was not handled: the drain timed out"
+                            );
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next message; `None` when the stream ended. Cancel-safe: a message is taken only
+    /// when this resolves.
+    async fn first(&mut self) -> Option<RawMessage> {
+        loop {
+            match self.messages.next().await? {
+                Ok(raw) => return Some(raw),
+                Err(err) => {
+                    self.transport_error(&err);
+                    tokio::time::sleep(ERROR_PAUSE).await;
+                }
+            }
+        }
+    }
+
+    /// `first`, and for a batch handler the messages ready with it, up to `batch`.
+    async fn gather(&mut self, first: RawMessage) -> Vec<Incoming> {
+        let mut unit = vec![self.incoming(first)];
+        if self.batch > 1 {
+            // The rest of a pull arrives together; let it reach the channel.
+            tokio::task::yield_now().await;
+        }
+        while unit.len() < self.batch {
+            match self.messages.next().now_or_never() {
+                Some(Some(Ok(raw))) => unit.push(self.incoming(raw)),
+                Some(Some(Err(err))) => self.transport_error(&err),
+                Some(None) | None => break,
+            }
+        }
+        unit
+    }
+
+    fn transport_error(&self, err: &TransportError) {
+        tracing::warn!(
+            registration = self.endpoint.name(),
+            subject = %self.endpoint.info().descriptor.subject,
+            %err,
+            "the subscription reported an error"
+        );
+    }
+
+    /// Runs the handler on `unit` and executes the decisions, holding `permit` throughout.
+    fn spawn(&self, tasks: &mut JoinSet<()>, unit: Vec<Incoming>, permit: OwnedSemaphorePermit) {
+        let endpoint = self.endpoint.clone();
+        let executor = Arc::clone(&self.executor);
+        let publisher = Arc::clone(&self.publisher);
+        tasks.spawn(async move {
+            let _permit = permit;
+            if endpoint.is_batch() {
+                let deliveries: Vec<&Delivery> = unit.iter().map(|i| &i.delivery).collect();
+                let decided = endpoint.dispatch_batch(&deliveries, &*publisher).await;
+                for (incoming, (handled, decision)) in unit.iter().zip(decided) {
+                    executor.execute(incoming, &handled, &decision).await;
+                }
+            } else {
+                for incoming in &unit {
+                    let (handled, decision) =
+                        endpoint.dispatch(&incoming.delivery, &*publisher).await;
+                    executor.execute(incoming, &handled, &decision).await;
+                }
+            }
+        });
+    }
+
+    fn incoming(&self, raw: RawMessage) -> Incoming {
+        incoming(
+            raw,
+            self.endpoint.info().descriptor.model,
+            self.endpoint.name(),
+        )
+    }
+}
+
+/// Logs a handler task that panicked outside the handler (the handler's own panics are caught
+/// and settled).
+fn joined(registration: &str, result: Result<(), JoinError>) {
+    if let Err(err) = result
+        && err.is_panic()
+    {
+        tracing::error!(registration, %err, "settling a delivery panicked");
+    }
+}
+
+/// Resolves with the drain deadline once the broker is stopping (at once when the broker is
+/// gone).
+async fn stopping(stop: &mut StopSignal) -> Instant {
+    match stop.wait_for(Option::is_some).await {
+        Ok(deadline) => deadline.unwrap_or_else(Instant::now),
+        Err(_) => Instant::now(),
+    }
+}
+
+/// A wire message as a delivery of `model`.
+pub(crate) fn incoming(raw: RawMessage, model: DeliveryModel, registration: &str) -> Incoming {
+    let RawMessage {
+        subject,
+        reply,
+        headers,
+        payload,
+    } = raw;
+    match model {
+        DeliveryModel::JetStream => {
+            let mut delivery = Delivery::new(subject, payload).with_headers(headers);
+            match reply.as_deref().and_then(JetStreamInfo::parse) {
+                Some(info) => {
+                    let attempt = u32::try_from(info.delivered).unwrap_or(u32::MAX);
+                    delivery = delivery
+                        .with_delivered(Some(info.delivered))
+                        .with_attempt(NonZeroU32::new(attempt).unwrap_or(NonZeroU32::MIN));
+                    delivery.extensions_mut().insert(info);
+                }
+                None => tracing::warn!(
+                    registration,
+                    subject = delivery.subject(),
+                    reply = reply.as_deref().unwrap_or(""),
+                    "a JetStream message without a readable acknowledgement subject; handled as a first delivery"
+                ),
+            }
+            Incoming {
+                delivery,
+                ack_subject: reply,
+            }
+        }
+        // Core, and anything a later model might be: the publisher's reply subject is kept.
+        _ => {
+            let attempt = core_attempt(&headers, &subject, registration);
+            let delivery = Delivery::new(subject, payload)
+                .with_headers(headers)
+                .with_reply(reply)
+                .with_attempt(attempt);
+            Incoming {
+                delivery,
+                ack_subject: None,
+            }
+        }
+    }
+}
+
+/// A Core message's attempt: its retry-count header plus one, 1 without it. A malformed header
+/// is logged and counts as attempt 1: the message is never dropped for it.
+fn core_attempt(headers: &ruststream::Headers, subject: &str, registration: &str) -> NonZeroU32 {
+    let Some(value) = headers.get(RETRY_COUNT_HEADER) else {
+        return NonZeroU32::MIN;
+    };
+    match value.trim().parse::<u32>() {
+        Ok(count) => NonZeroU32::MIN.saturating_add(count),
+        Err(err) => {
+            tracing::warn!(
+                registration,
+                subject,
+                header = RETRY_COUNT_HEADER,
+                value,
+                %err,
+                "a malformed retry-count header; the message is handled as attempt 1"
+            );
+            NonZeroU32::MIN
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use ruststream::Headers;
+
+    fn raw(reply: Option<&str>, headers: Headers) -> RawMessage {
+        RawMessage {
+            subject: Arc::from("orders.created"),
+            reply: reply.map(Arc::from),
+            headers,
+            payload: Bytes::from_static(b"{}"),
+        }
+    }
+
+    #[test]
+    fn a_jetstream_delivery_counts_with_the_server() {
+        let incoming = incoming(
+            raw(
+                Some("$JS.ACK.ORDERS.worker.3.10.12.1700000000000000000.0"),
+                Headers::new(),
+            ),
+            DeliveryModel::JetStream,
+            "worker",
+        );
+        assert_eq!(incoming.delivery.delivered(), Some(3));
+        assert_eq!(incoming.delivery.attempt().get(), 3);
+        assert_eq!(incoming.delivery.reply(), None);
+        assert_eq!(
+            incoming
+                .delivery
+                .extension::<JetStreamInfo>()
+                .map(|i| i.stream_sequence),
+            Some(10)
+        );
+        assert!(incoming.ack_subject.is_some());
+    }
+
+    #[test]
+    fn a_core_delivery_counts_with_the_header() {
+        let first = incoming(
+            raw(Some("_INBOX.x"), Headers::new()),
+            DeliveryModel::Core,
+            "r",
+        );
+        assert_eq!(first.delivery.attempt().get(), 1);
+        assert_eq!(first.delivery.delivered(), None);
+        assert_eq!(first.delivery.reply(), Some("_INBOX.x"));
+
+        let copy: Headers = [(RETRY_COUNT_HEADER, "2")].into_iter().collect();
+        let third = incoming(raw(None, copy), DeliveryModel::Core, "r");
+        assert_eq!(third.delivery.attempt().get(), 3);
+
+        let bad: Headers = [(RETRY_COUNT_HEADER, "two")].into_iter().collect();
+        let malformed = incoming(raw(None, bad), DeliveryModel::Core, "r");
+        assert_eq!(malformed.delivery.attempt().get(), 1);
+    }
+}

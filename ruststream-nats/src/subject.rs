@@ -1,0 +1,107 @@
+//! NATS subject syntax: what a subject, a pattern and a stream or consumer name may look like.
+
+/// Why a subject is not valid, for an error message.
+pub(crate) fn subject_problem(subject: &str, pattern_allowed: bool) -> Option<String> {
+    if subject.is_empty() {
+        return Some("it is empty".to_owned());
+    }
+    if subject.chars().any(char::is_whitespace) {
+        return Some("it contains whitespace".to_owned());
+    }
+    let tokens: Vec<&str> = subject.split('.').collect();
+    for (i, token) in tokens.iter().enumerate() {
+        if token.is_empty() {
+            return Some("it has an empty token (a leading, trailing or doubled `.`)".to_owned());
+        }
+        let wildcard = *token == "*" || *token == ">";
+        if token.contains(['*', '>']) && !wildcard {
+            return Some(format!(
+                "`{token}` mixes a wildcard with other characters; `*` and `>` stand alone between dots"
+            ));
+        }
+        if wildcard && !pattern_allowed {
+            return Some(
+                "it contains a wildcard, and a message is published to one subject".to_owned(),
+            );
+        }
+        if *token == ">" && i + 1 != tokens.len() {
+            return Some("`>` may only be the last token".to_owned());
+        }
+    }
+    None
+}
+
+/// Whether `subject` contains a wildcard token.
+pub(crate) fn is_pattern(subject: &str) -> bool {
+    subject.split('.').any(|t| t == "*" || t == ">")
+}
+
+/// Why a stream or consumer name is not valid, for an error message.
+pub(crate) fn name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("it is empty")
+    } else if name.chars().any(char::is_whitespace) {
+        Some("it contains whitespace")
+    } else if name.contains(['.', '*', '>', '/', '\\']) {
+        Some("it contains one of `.`, `*`, `>`, `/`, `\\`")
+    } else {
+        None
+    }
+}
+
+/// Whether `pattern` (a subject or a pattern) matches the concrete `subject`.
+pub(crate) fn matches(pattern: &str, subject: &str) -> bool {
+    let mut pattern = pattern.split('.');
+    let mut subject = subject.split('.');
+    loop {
+        match (pattern.next(), subject.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(_)) => {}
+            (Some(p), Some(s)) if p == s => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects() {
+        assert_eq!(subject_problem("orders.shipped", false), None);
+        assert_eq!(subject_problem("orders.*", true), None);
+        assert_eq!(subject_problem("orders.>", true), None);
+        assert!(subject_problem("orders.*", false).is_some());
+        assert!(subject_problem("", true).is_some());
+        assert!(subject_problem("orders..shipped", true).is_some());
+        assert!(subject_problem(".orders", true).is_some());
+        assert!(subject_problem("orders.", true).is_some());
+        assert!(subject_problem("orders shipped", true).is_some());
+        assert!(subject_problem("orders.>.x", true).is_some());
+        assert!(subject_problem("orders.a*", true).is_some());
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(name_problem("PAYMENTS"), None);
+        assert_eq!(name_problem("capture-1_a"), None);
+        assert!(name_problem("").is_some());
+        assert!(name_problem("a.b").is_some());
+        assert!(name_problem("a b").is_some());
+        assert!(name_problem("a*").is_some());
+    }
+
+    #[test]
+    fn matching() {
+        assert!(matches("orders.*", "orders.eu"));
+        assert!(!matches("orders.*", "orders.eu.x"));
+        assert!(matches("orders.>", "orders.eu.x"));
+        assert!(!matches("orders.>", "orders"));
+        assert!(matches("a.b", "a.b"));
+        assert!(!matches("a.b", "a.c"));
+        assert!(is_pattern("a.*"));
+        assert!(!is_pattern("a.b*"));
+    }
+}

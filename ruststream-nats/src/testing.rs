@@ -1,0 +1,574 @@
+//! Testing a service in process: the unchanged production app, with NATS emulated inside the
+//! process and every delay on tokio's clock.
+//!
+//! [`TestApp::start`] starts the app on an [`InProcessNats`], which keeps Core and JetStream
+//! semantics (queue groups, streams, pull consumers, `+ACK`, `-NAK` with a delay, `+TERM`,
+//! ack_wait, delivered counts). The runtime above the wire is the production one. Under
+//! `#[tokio::test(start_paused = true)]` a `retry_after(30 s)` passes as soon as nothing else can
+//! run.
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use ruststream_nats::prelude::*;
+//! use ruststream_nats::testing::TestApp;
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Payment {
+//!     id: u64,
+//! }
+//!
+//! struct Capture;
+//!
+//! impl Handle<Payment> for Capture {
+//!     async fn handle(
+//!         &self,
+//!         _payment: &Payment,
+//!         _outs: &(),
+//!         ctx: &mut Context<'_>,
+//!     ) -> Result<(), HandlerOutcome> {
+//!         // The bank is busy on the first delivery.
+//!         if ctx.delivery().delivered() == Some(1) {
+//!             return Err(HandlerOutcome::retry_after(Duration::from_secs(30)));
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let app = RustStream::new(AppInfo::new("payments", "0.1.0")).with_broker(
+//!     NatsBroker::new("nats://localhost:4222"),
+//!     |b| {
+//!         b.include(
+//!             JetStreamSubject::new("payments.authorized", "PAYMENTS")
+//!                 .durable("capture")
+//!                 .handler(Capture),
+//!         );
+//!     },
+//! );
+//! let t = TestApp::start(app).await?;
+//! t.publish("payments.authorized", &Payment { id: 7 }).await?;
+//! t.settle().await;
+//! assert_eq!(t.outcomes("Capture"), [HandlerOutcome::retry_after(Duration::from_secs(30))]);
+//! t.advance(Duration::from_secs(30)).await;
+//! assert_eq!(t.outcomes("Capture").len(), 2);
+//! assert_eq!(t.delivered("Capture"), [Some(1), Some(2)]);
+//! t.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # When `settle` returns
+//!
+//! [`TestApp::settle`] yields to the runtime until [`QUIET_ROUNDS`] yields in a row saw no
+//! change in: the emulation's activity counter (publishes, deliveries, settlements, timers,
+//! messages the runtime read), its in-flight count (messages handed over and not read or not
+//! settled), the number of deliveries the app's handlers finished, and the number of tasks alive
+//! on the runtime. Each yield lets every task that can run, run, so that state means nothing
+//! can happen until time passes. A handler waiting on a timer counts as settled; a message held
+//! by a `-NAK` delay or waiting for ack_wait does too. An app that never stops changing (a
+//! JetStream `retry()` with no cap, redelivered at once forever) makes `settle` panic after
+//! [`MAX_ROUNDS`] yields, with a message that says so; [`TestApp::try_settle`] returns `false`
+//! instead.
+//!
+//! The rule assumes the test runs on tokio's current-thread runtime (what `#[tokio::test]`
+//! starts), where one yield lets every other ready task run first.
+//!
+//! # How `advance` moves the clock
+//!
+//! [`TestApp::advance`] settles, sleeps until the next deadline the emulation knows (an ack_wait
+//! running out, a `-NAK` delay ending) or the end of the duration, whichever comes first, and
+//! repeats until the end, settling after each step. Under a paused clock tokio moves time only
+//! when every task waits on a timer, to the earliest one, so the timers the emulation does not
+//! know (a Core retry copy waiting in the runtime, a handler's own sleep) fire in order too.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ruststream::registration::{Handled, RegistrationInfo};
+use ruststream::settle::{Decision, DeliveryModel};
+use ruststream::{
+    App, Env, Error, ErrorKind, HandlerOutcome, Handling, Headers, Observer, PublishError,
+    PublishErrorKind, RunningApp,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+pub use crate::transport::RawMessage;
+pub use crate::transport::in_process::{ConsumerFacts, InProcessNats, StoredMessage};
+use crate::transport::{StreamSpec, Transport, TransportOverride};
+
+/// How many yields in a row must see no change before [`TestApp::settle`] returns.
+pub const QUIET_ROUNDS: u32 = 16;
+
+/// How many yields [`TestApp::settle`] takes before it gives up on an app that keeps changing.
+pub const MAX_ROUNDS: u32 = 100_000;
+
+/// A production app running on NATS emulated in the process.
+///
+/// See the [module docs](self) for an example and the exact rule of [`settle`](Self::settle).
+pub struct TestApp {
+    nats: InProcessNats,
+    recorder: Arc<Recorder>,
+    registrations: Vec<RegistrationInfo>,
+    running: Mutex<Option<RunningApp>>,
+}
+
+impl std::fmt::Debug for TestApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestApp")
+            .field("nats", &self.nats)
+            .field(
+                "registrations",
+                &self
+                    .registrations
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// One delivery a handler took, as the app's observer saw it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct HandledDelivery {
+    /// The subject the message arrived on.
+    pub subject: String,
+    /// The server's delivery count (`None` on Core).
+    pub delivered: Option<u64>,
+    /// The attempt the cap counts, the first being 1.
+    pub attempt: u32,
+    /// The payload, as it arrived.
+    pub payload: Bytes,
+    /// What the handler said (or that the payload did not decode, or that it panicked).
+    pub handled: Handled,
+    /// What the runtime decided to do with the delivery.
+    pub decision: Decision,
+}
+
+/// A payload that did not decode: its handler did not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DecodeFailure {
+    /// The subject the message arrived on.
+    pub subject: String,
+    /// The payload, as it arrived.
+    pub payload: Bytes,
+    /// Why it did not decode.
+    pub error: String,
+}
+
+/// An [`Observer`] that records every handled delivery, by registration.
+///
+/// [`TestApp`] starts its app with one; a live test passes one to
+/// `app.start(Env::new().with_observer(recorder.clone()))` and asks it the same questions.
+#[derive(Default)]
+pub struct Recorder {
+    seen: Mutex<BTreeMap<String, Vec<HandledDelivery>>>,
+    count: AtomicU64,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("handled", &self.count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Observer for Recorder {
+    fn handled(&self, handling: &Handling<'_>) {
+        let delivery = handling.delivery;
+        let record = HandledDelivery {
+            subject: delivery.subject().to_owned(),
+            delivered: delivery.delivered(),
+            attempt: delivery.attempt().get(),
+            payload: delivery.payload().clone(),
+            handled: handling.handled.clone(),
+            decision: *handling.decision,
+        };
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(handling.registration.to_owned())
+            .or_default()
+            .push(record);
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Recorder {
+    /// A recorder that has seen nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many deliveries were handled, over every registration.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// Everything `registration` was handed, in order.
+    pub fn handled(&self, registration: &str) -> Vec<HandledDelivery> {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(registration)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Every outcome handler `registration` returned, in order: a payload that did not decode
+    /// and a panic are not outcomes.
+    pub fn outcomes(&self, registration: &str) -> Vec<HandlerOutcome> {
+        self.handled(registration)
+            .into_iter()
+            .filter_map(|r| match r.handled {
+                Handled::Outcome(outcome) => Some(outcome),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The delivered count of every delivery handler `registration` ran on (a payload that
+    /// did not decode is left out), in order.
+    pub fn delivered(&self, registration: &str) -> Vec<Option<u64>> {
+        self.handled(registration)
+            .into_iter()
+            .filter(|r| !matches!(r.handled, Handled::Undecodable(_)))
+            .map(|r| r.delivered)
+            .collect()
+    }
+
+    /// Every delivery of `registration` whose payload did not decode, in order.
+    pub fn decode_failures(&self, registration: &str) -> Vec<DecodeFailure> {
+        self.handled(registration)
+            .into_iter()
+            .filter_map(|r| match r.handled {
+                Handled::Undecodable(error) => Some(DecodeFailure {
+                    subject: r.subject,
+                    payload: r.payload,
+                    error,
+                }),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// What `settle` compares between yields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Snapshot {
+    activity: u64,
+    in_flight: usize,
+    handled: u64,
+    tasks: usize,
+}
+
+impl TestApp {
+    /// Starts `app` on a new [`InProcessNats`]: declares the streams its JetStream descriptors
+    /// read (each with the subjects they read from it), starts the unchanged app with the
+    /// emulation as its transport and an observer that records every handled delivery, then
+    /// [settles](Self::settle).
+    ///
+    /// # Errors
+    ///
+    /// What the app's start returns: a registration the app refuses, a failed startup hook, a
+    /// consumer the emulation refuses.
+    pub async fn start<A: App>(app: A) -> Result<Self, Error> {
+        Self::start_on(app, InProcessNats::new()).await
+    }
+
+    /// Starts `app` on an existing emulation, which other apps may share (two instances of a
+    /// service, a publisher and a consumer).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_on<A: App>(app: A, nats: InProcessNats) -> Result<Self, Error> {
+        let registrations = app.registrations();
+        declare_streams(&nats, &registrations).await?;
+        let recorder = Arc::new(Recorder::default());
+        let observer: Arc<dyn Observer> = Arc::clone(&recorder) as Arc<dyn Observer>;
+        let env = Env::new()
+            .with(TransportOverride(Arc::new(nats.clone())))
+            .with_observer(observer);
+        let running = app.start(env).await?;
+        let t = Self {
+            nats,
+            recorder,
+            registrations,
+            running: Mutex::new(Some(running)),
+        };
+        t.settle().await;
+        Ok(t)
+    }
+
+    /// The emulated server, to ask what a test would ask a real one.
+    pub fn nats(&self) -> &InProcessNats {
+        &self.nats
+    }
+
+    /// Publishes `value`, encoded as JSON, to `subject` as a client would: a stream whose
+    /// subjects match stores it, and every Core subscriber gets it. Call
+    /// [`settle`](Self::settle) to let the app handle it.
+    ///
+    /// # Errors
+    ///
+    /// `Encode` when the value does not encode, `InvalidSubject` for a subject with wildcards or
+    /// empty tokens.
+    pub async fn publish<T: Serialize + ?Sized>(
+        &self,
+        subject: &str,
+        value: &T,
+    ) -> Result<(), PublishError> {
+        let payload = serde_json::to_vec(value)
+            .map_err(|e| PublishError::new(PublishErrorKind::Encode, subject).with_source(e))?;
+        self.publish_raw(subject, Headers::new(), payload).await
+    }
+
+    /// Publishes `payload` as it is, with `headers`: for payloads that do not decode, and for
+    /// custom headers.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidSubject` for a subject with wildcards or empty tokens.
+    pub async fn publish_raw(
+        &self,
+        subject: &str,
+        headers: Headers,
+        payload: impl Into<Bytes>,
+    ) -> Result<(), PublishError> {
+        self.nats
+            .publish(Arc::from(subject), headers, payload.into())
+            .await
+            .map_err(|e| {
+                PublishError::new(PublishErrorKind::InvalidSubject, subject).with_source(e)
+            })
+    }
+
+    /// Returns once nothing can run without time passing: no handler can make progress and no
+    /// message can be delivered. See the [module docs](self) for the exact rule.
+    ///
+    /// # Panics
+    ///
+    /// When the app is still changing after [`MAX_ROUNDS`] yields: something redelivers or
+    /// publishes forever without waiting (a JetStream `retry()` with no cap, for one).
+    pub async fn settle(&self) {
+        assert!(
+            self.try_settle(MAX_ROUNDS).await,
+            "TestApp::settle: the app was still changing after {MAX_ROUNDS} yields without time passing; \
+             a handler that retries without a delay and without a cap is delivered again forever: \
+             give it `max_attempts(..)` or use `retry_after(..)`"
+        );
+    }
+
+    /// [`settle`](Self::settle), giving up after `max_yields` yields: whether the app settled.
+    pub async fn try_settle(&self, max_yields: u32) -> bool {
+        let mut last = self.snapshot();
+        let mut quiet = 0;
+        for _ in 0..max_yields {
+            tokio::task::yield_now().await;
+            let now = self.snapshot();
+            if now == last {
+                quiet += 1;
+                if quiet >= QUIET_ROUNDS {
+                    return true;
+                }
+            } else {
+                quiet = 0;
+                last = now;
+            }
+        }
+        false
+    }
+
+    /// Lets `duration` pass on tokio's clock, firing every timer in order, then settles.
+    ///
+    /// It settles, sleeps until the next deadline the emulation knows (an ack_wait running
+    /// out, a `-NAK` delay ending) or the end of `duration`, whichever comes first, and again
+    /// until the end. Under a paused clock (`#[tokio::test(start_paused = true)]`) each sleep
+    /// ends at once when nothing else can run, and timers the emulation does not know (a Core
+    /// retry copy waiting in the runtime, a handler's own sleep) fire in order too; under a
+    /// running clock it takes `duration` of real time.
+    pub async fn advance(&self, duration: Duration) {
+        let target = Instant::now() + duration;
+        loop {
+            self.settle().await;
+            let now = Instant::now();
+            if now >= target {
+                return;
+            }
+            let next = self
+                .nats
+                .next_deadline()
+                .filter(|d| *d > now && *d < target)
+                .unwrap_or(target);
+            tokio::time::sleep_until(next).await;
+        }
+    }
+
+    /// Every outcome handler `registration` returned, in order (a rejection by an extractor
+    /// included; a payload that did not decode or a panic is not an outcome, see
+    /// [`handled`](Self::handled)).
+    ///
+    /// # Panics
+    ///
+    /// When the app has no registration of that name; the message lists the names it has.
+    pub fn outcomes(&self, registration: &str) -> Vec<HandlerOutcome> {
+        self.check_registration(registration);
+        self.recorder.outcomes(registration)
+    }
+
+    /// The delivered count of every delivery handler `registration` ran on, in order:
+    /// `Some(1)` on a first JetStream delivery, `None` on Core. A payload that did not decode
+    /// is left out (the handler did not run).
+    ///
+    /// # Panics
+    ///
+    /// When the app has no registration of that name.
+    pub fn delivered(&self, registration: &str) -> Vec<Option<u64>> {
+        self.check_registration(registration);
+        self.recorder.delivered(registration)
+    }
+
+    /// Every delivery of `registration` whose payload did not decode, in order.
+    ///
+    /// # Panics
+    ///
+    /// When the app has no registration of that name.
+    pub fn decode_failures(&self, registration: &str) -> Vec<DecodeFailure> {
+        self.check_registration(registration);
+        self.recorder.decode_failures(registration)
+    }
+
+    /// Everything `registration` was handed, in order: what the handler said and what the
+    /// runtime decided.
+    ///
+    /// # Panics
+    ///
+    /// When the app has no registration of that name.
+    pub fn handled(&self, registration: &str) -> Vec<HandledDelivery> {
+        self.check_registration(registration);
+        self.recorder.handled(registration)
+    }
+
+    /// The recorder of every handled delivery.
+    pub fn recorder(&self) -> &Recorder {
+        &self.recorder
+    }
+
+    /// Every message published to `subject` (a subject or a pattern) that decodes as `T`, in
+    /// order: by the test, by handlers, as replies, copies and dead letters.
+    pub fn published<T: DeserializeOwned>(&self, subject: &str) -> Vec<T> {
+        self.nats
+            .published(subject)
+            .iter()
+            .filter_map(|m| serde_json::from_slice(&m.payload).ok())
+            .collect()
+    }
+
+    /// Every message published to dead-letter subject `subject`, as it went: payload and
+    /// headers of the delivery as it arrived.
+    pub fn dead_letters(&self, subject: &str) -> Vec<RawMessage> {
+        self.nats.published(subject)
+    }
+
+    /// Drains the app: stops taking deliveries, lets handlers in flight finish and settle, runs
+    /// the shutdown hooks. The clock advances as the drain needs.
+    ///
+    /// # Errors
+    ///
+    /// What the app's stop returns; an error of kind `Shutdown` when it was already shut down.
+    pub async fn shutdown(&self) -> Result<(), Error> {
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(running) = running else {
+            return Err(Error::new(
+                ErrorKind::Shutdown,
+                "the test app was already shut down",
+            ));
+        };
+        let stopped = running.stop().await;
+        self.settle().await;
+        stopped
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            activity: self.nats.activity(),
+            in_flight: self.nats.in_flight(),
+            handled: self.recorder.count(),
+            tasks: tokio::runtime::Handle::try_current()
+                .map_or(0, |h| h.metrics().num_alive_tasks()),
+        }
+    }
+
+    fn check_registration(&self, name: &str) {
+        if !self.registrations.iter().any(|r| r.name == name) {
+            let names: Vec<&str> = self.registrations.iter().map(|r| r.name.as_str()).collect();
+            panic!(
+                "the app has no registration named `{name}`; it has: {}",
+                names.join(", ")
+            );
+        }
+    }
+}
+
+/// The streams an app's JetStream descriptors read, each with the subjects they read from it:
+/// what [`TestApp`] declares before it starts the app, and what a live test declares on a real
+/// server.
+pub fn streams_of(registrations: &[RegistrationInfo]) -> Vec<StreamSpec> {
+    let mut streams: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in registrations {
+        let d = &r.descriptor;
+        if d.model != DeliveryModel::JetStream {
+            continue;
+        }
+        let Some(stream) = &d.stream else { continue };
+        let subjects = streams.entry(stream.clone()).or_default();
+        if !subjects.contains(&d.subject) {
+            subjects.push(d.subject.clone());
+        }
+    }
+    streams
+        .into_iter()
+        .map(|(name, subjects)| StreamSpec { name, subjects })
+        .collect()
+}
+
+/// Declares every stream the app's JetStream descriptors read, adding their subjects to those
+/// of a stream the emulation already has.
+async fn declare_streams(
+    nats: &InProcessNats,
+    registrations: &[RegistrationInfo],
+) -> Result<(), Error> {
+    for mut spec in streams_of(registrations) {
+        if let Some(existing) = nats.stream_subjects(&spec.name) {
+            for subject in existing.into_iter().rev() {
+                if !spec.subjects.contains(&subject) {
+                    spec.subjects.insert(0, subject);
+                }
+            }
+        }
+        let name = spec.name.clone();
+        nats.declare_stream(spec).await.map_err(|e| {
+            Error::new(
+                ErrorKind::Broker,
+                format!("the in-process NATS refused stream `{name}`"),
+            )
+            .with_source(e)
+        })?;
+    }
+    Ok(())
+}

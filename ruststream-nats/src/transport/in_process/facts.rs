@@ -1,0 +1,122 @@
+//! What a test asks the server: a consumer's counters and a stream's messages, in the same shape
+//! for the in-process NATS and (through the `From` conversions) for a real server.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ruststream::Headers;
+
+/// A consumer's counters, as `consumer info` reports them.
+///
+/// Read it from the in-process NATS with
+/// [`InProcessNats::consumer_info`](super::InProcessNats::consumer_info), or from a real server
+/// with `ConsumerFacts::from(&consumer.info().await?)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub struct ConsumerFacts {
+    /// Deliveries made so far, counting every redelivery: the consumer sequence of the last one
+    /// (`delivered.consumer_seq`).
+    pub delivered: u64,
+    /// The stream sequence the consumer has read up to (`delivered.stream_seq`).
+    pub delivered_stream: u64,
+    /// Deliveries waiting for a settlement, or held for a redelivery (`num_ack_pending`).
+    pub ack_pending: usize,
+    /// Messages still waiting for a settlement that were delivered more than once
+    /// (`num_redelivered`).
+    pub redelivered: usize,
+    /// Messages of the stream the consumer has not delivered yet (`num_pending`).
+    pub pending: u64,
+}
+
+impl ConsumerFacts {
+    /// Counters with every field given, for comparisons in tests.
+    pub fn new(
+        delivered: u64,
+        delivered_stream: u64,
+        ack_pending: usize,
+        redelivered: usize,
+        pending: u64,
+    ) -> Self {
+        Self {
+            delivered,
+            delivered_stream,
+            ack_pending,
+            redelivered,
+            pending,
+        }
+    }
+}
+
+impl From<&async_nats::jetstream::consumer::Info> for ConsumerFacts {
+    fn from(info: &async_nats::jetstream::consumer::Info) -> Self {
+        Self {
+            delivered: info.delivered.consumer_sequence,
+            delivered_stream: info.delivered.stream_sequence,
+            ack_pending: info.num_ack_pending,
+            redelivered: info.num_redelivered,
+            pending: info.num_pending,
+        }
+    }
+}
+
+/// One message a stream stores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoredMessage {
+    /// Its stream sequence.
+    pub sequence: u64,
+    /// The subject it was published to.
+    pub subject: Arc<str>,
+    /// Its headers, as published.
+    pub headers: Headers,
+    /// Its payload, as published.
+    pub payload: Bytes,
+}
+
+impl StoredMessage {
+    /// A stored message, for comparisons in tests.
+    pub fn new(
+        sequence: u64,
+        subject: impl Into<Arc<str>>,
+        headers: Headers,
+        payload: impl Into<Bytes>,
+    ) -> Self {
+        Self {
+            sequence,
+            subject: subject.into(),
+            headers,
+            payload: payload.into(),
+        }
+    }
+}
+
+impl From<async_nats::jetstream::message::StreamMessage> for StoredMessage {
+    /// A real server's stored message. Its headers come sorted by name (the client keeps them in
+    /// a hash map), each name's values in order.
+    fn from(message: async_nats::jetstream::message::StreamMessage) -> Self {
+        Self {
+            sequence: message.sequence,
+            subject: Arc::from(message.subject.as_str()),
+            headers: headers_from(&message.headers),
+            payload: message.payload,
+        }
+    }
+}
+
+/// An async-nats header map as [`Headers`], sorted by name.
+pub(crate) fn headers_from(map: &async_nats::HeaderMap) -> Headers {
+    let mut entries: Vec<(String, Vec<String>)> = map
+        .iter()
+        .map(|(name, values)| {
+            (
+                name.to_string(),
+                values.iter().map(|v| v.as_str().to_owned()).collect(),
+            )
+        })
+        .collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    entries
+        .into_iter()
+        .flat_map(|(name, values)| values.into_iter().map(move |v| (name.clone(), v)))
+        .collect()
+}

@@ -1,0 +1,164 @@
+//! What the broker refuses before anything connects: invalid subjects and names, a pattern with
+//! nowhere to send its retry copies, a registration that would read its own dead letters.
+//! Every problem is reported at once.
+
+use ruststream::Endpoint;
+use ruststream::registration::RegistrationInfo;
+use ruststream::settle::DeliveryModel;
+use ruststream::{Error, ErrorKind};
+
+use crate::JetStreamSubject;
+use crate::subject::{is_pattern, matches, name_problem, subject_problem};
+use crate::transport::StreamSpec;
+
+/// Checks every registration and declared stream; one `Config` error lists every problem.
+pub(crate) fn validate(
+    registrations: &[RegistrationInfo],
+    streams: &[StreamSpec],
+) -> Result<(), Error> {
+    let mut problems = Vec::new();
+    for registration in registrations {
+        check_registration(registration, &mut problems);
+    }
+    for stream in streams {
+        check_stream(stream, &mut problems);
+    }
+    report(problems)
+}
+
+/// Checks what only the bound descriptors tell: a `JetStreamSubject`'s own filter subject.
+pub(crate) fn validate_endpoints(endpoints: &[Endpoint]) -> Result<(), Error> {
+    let mut problems = Vec::new();
+    for endpoint in endpoints {
+        let Some(js) = endpoint
+            .descriptor()
+            .as_any()
+            .downcast_ref::<JetStreamSubject>()
+        else {
+            continue;
+        };
+        let filter = js.filter();
+        if let Some(problem) = subject_problem(filter, true) {
+            problems.push(format!(
+                "registration `{}` filters on `{filter}`, which is not a valid subject: {problem}",
+                endpoint.name()
+            ));
+        }
+    }
+    report(problems)
+}
+
+fn report(mut problems: Vec<String>) -> Result<(), Error> {
+    match problems.len() {
+        0 => Ok(()),
+        1 => Err(Error::new(ErrorKind::Config, problems.remove(0))),
+        n => Err(Error::new(
+            ErrorKind::Config,
+            format!(
+                "{n} problems stop the app from starting:\n  - {}",
+                problems.join("\n  - ")
+            ),
+        )),
+    }
+}
+
+fn check_registration(r: &RegistrationInfo, problems: &mut Vec<String>) {
+    let name = &r.name;
+    let subject = &r.descriptor.subject;
+    match r.descriptor.model {
+        DeliveryModel::Core if !r.descriptor.wildcard && is_pattern(subject) => {
+            problems.push(format!(
+                "registration `{name}` reads `{subject}` as a single subject, but it is a pattern; use `CoreWildcard::new(\"{subject}\")` and add `.retry_to(\"subject\")` at its mount site"
+            ));
+        }
+        _ => {
+            if let Some(problem) = subject_problem(subject, true) {
+                problems.push(format!(
+                    "registration `{name}` reads `{subject}`, which is not a valid subject: {problem}"
+                ));
+            }
+        }
+    }
+    match r.descriptor.model {
+        DeliveryModel::Core => {
+            if r.descriptor.wildcard && r.policy.retry_to.is_none() {
+                problems.push(format!(
+                    "registration `{name}` reads the pattern `{subject}` ({kind}), which publishes to no single subject, so a retry copy has nowhere to go; add `.retry_to(\"subject\")` at its mount site",
+                    kind = r.descriptor.kind,
+                ));
+            }
+        }
+        DeliveryModel::JetStream => check_jetstream(r, problems),
+    }
+    if let Some(dead_letter) = &r.policy.dead_letter {
+        if let Some(problem) = subject_problem(dead_letter, false) {
+            problems.push(format!(
+                "the dead-letter subject `{dead_letter}` of registration `{name}` is not a subject to publish to: {problem}"
+            ));
+        } else if matches(subject, dead_letter) {
+            problems.push(format!(
+                "registration `{name}` would read its own dead letters: `{dead_letter}` matches `{subject}`; choose a dead-letter subject it does not read"
+            ));
+        }
+    }
+    if let Some(retry_to) = &r.policy.retry_to
+        && let Some(problem) = subject_problem(retry_to, false)
+    {
+        problems.push(format!(
+            "the retry subject `{retry_to}` of registration `{name}` is not a subject to publish to: {problem}"
+        ));
+    }
+}
+
+fn check_jetstream(r: &RegistrationInfo, problems: &mut Vec<String>) {
+    let name = &r.name;
+    match r.descriptor.stream.as_deref() {
+        Some(stream) => {
+            if let Some(problem) = name_problem(stream) {
+                problems.push(format!(
+                    "registration `{name}` reads stream `{stream}`, which is not a valid stream name: {problem}"
+                ));
+            }
+        }
+        None => problems.push(format!(
+            "registration `{name}` is a JetStream registration without a stream"
+        )),
+    }
+    if let Some(durable) = &r.descriptor.consumer
+        && let Some(problem) = name_problem(durable)
+    {
+        problems.push(format!(
+            "registration `{name}` names the durable consumer `{durable}`, which is not a valid consumer name: {problem}"
+        ));
+    }
+    if let Some(retry_to) = &r.policy.retry_to {
+        tracing::warn!(
+            registration = %name,
+            retry_to = %retry_to,
+            "`.retry_to(..)` has no effect on a JetStream registration: the server delivers a retry again from the stream"
+        );
+    }
+}
+
+fn check_stream(stream: &StreamSpec, problems: &mut Vec<String>) {
+    if let Some(problem) = name_problem(&stream.name) {
+        problems.push(format!(
+            "the declared stream `{}` has an invalid name: {problem}",
+            stream.name
+        ));
+    }
+    if stream.subjects.is_empty() {
+        problems.push(format!(
+            "the declared stream `{}` stores no subject; name at least one",
+            stream.name
+        ));
+    }
+    for subject in &stream.subjects {
+        if let Some(problem) = subject_problem(subject, true) {
+            problems.push(format!(
+                "the declared stream `{}` stores `{subject}`, which is not a valid subject: {problem}",
+                stream.name
+            ));
+        }
+    }
+}

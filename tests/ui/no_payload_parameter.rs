@@ -1,0 +1,8 @@
+use ruststream_nats::prelude::*;
+
+#[subscriber("payments.authorized")]
+async fn capture() -> HandlerOutcome {
+    HandlerOutcome::ack()
+}
+
+fn main() {}

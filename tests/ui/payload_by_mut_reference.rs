@@ -1,0 +1,16 @@
+use ruststream_nats::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, Outgoing)]
+#[outgoing(name = "payments.authorized")]
+struct Payment {
+    id: u64,
+}
+
+#[subscriber("payments.authorized")]
+async fn capture(payment: &mut Payment) -> HandlerOutcome {
+    payment.id += 1;
+    HandlerOutcome::ack()
+}
+
+fn main() {}

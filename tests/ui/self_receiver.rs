@@ -1,0 +1,20 @@
+use ruststream_nats::prelude::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Serialize, Deserialize, Outgoing)]
+#[outgoing(name = "payments.authorized")]
+struct Payment {
+    id: u64,
+}
+
+struct Service;
+
+impl Service {
+    #[subscriber("payments.authorized")]
+    async fn capture(&self, payment: &Payment) -> HandlerOutcome {
+        let _ = payment.id;
+        HandlerOutcome::ack()
+    }
+}
+
+fn main() {}
