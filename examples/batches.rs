@@ -52,7 +52,11 @@ async fn store(readings: &[Reading], ctx: &mut BatchContext<'_>) -> Vec<HandlerO
             let delivered = ctx.context(i).and_then(|c| c.delivered());
             if reading.celsius < ABSOLUTE_ZERO {
                 // Delivering it again gives the same reading: end it.
-                tracing::warn!(reading.sensor, reading.celsius, "a reading below absolute zero");
+                tracing::warn!(
+                    reading.sensor,
+                    reading.celsius,
+                    "a reading below absolute zero"
+                );
                 return HandlerOutcome::drop();
             }
             match write(reading, delivered) {

@@ -51,4 +51,7 @@ pub mod guides {
     pub mod consumers {}
     #[doc = include_str!("../../docs/architecture.md")]
     pub mod architecture {}
+    #[cfg(feature = "testing")]
+    #[doc = include_str!("../../docs/testing.md")]
+    pub mod testing {}
 }
