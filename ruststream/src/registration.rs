@@ -189,8 +189,33 @@ enum HandlerKind<S> {
 
 /// One mounted handler with its descriptor and policy, as `b.include(..)` returns it.
 ///
-/// ```ignore
-/// b.include(refresh).max_attempts(nonzero!(3)).dead_letter("payments.dead");
+/// ```
+/// use ruststream::{AppInfo, HandlerOutcome, RustStream, nonzero, subscriber};
+/// # struct Nowhere;
+/// # impl ruststream::Broker for Nowhere {
+/// #     fn kind(&self) -> &'static str { "none" }
+/// #     fn address(&self) -> String { String::new() }
+/// #     fn validate(&self, _: &[ruststream::registration::RegistrationInfo]) -> Result<(), ruststream::Error> { Ok(()) }
+/// #     fn start(self: Box<Self>, _: Vec<ruststream::Endpoint>, _: ruststream::Env)
+/// #         -> futures::future::BoxFuture<'static, Result<Box<dyn ruststream::RunningBroker>, ruststream::Error>> {
+/// #         Box::pin(async { Err(ruststream::Error::new(ruststream::ErrorKind::Config, "nowhere")) })
+/// #     }
+/// # }
+///
+/// #[derive(serde::Deserialize)]
+/// struct Captured {
+///     payment: u64,
+/// }
+///
+/// #[subscriber("payments.captured")]
+/// async fn refresh(captured: &Captured) -> HandlerOutcome {
+///     HandlerOutcome::ack()
+/// }
+///
+/// let app = RustStream::new(AppInfo::new("dashboard", "0.1.0")).with_broker(Nowhere, |b| {
+///     b.include(refresh).max_attempts(nonzero!(3)).dead_letter("payments.dead");
+/// });
+/// # let _ = app;
 /// ```
 pub struct Registration<S> {
     name: String,
