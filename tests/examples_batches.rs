@@ -38,6 +38,37 @@ macro_rules! batches_scenarios {
             ]
         }
 
+        /// The sensor of each reading `handled`, and the outcome it got, by sensor.
+        fn outcomes_by_sensor(
+            handled: Vec<ruststream_nats::testing::HandledDelivery>,
+        ) -> Vec<(String, HandlerOutcome)> {
+            let mut by_sensor: Vec<(String, HandlerOutcome)> = handled
+                .into_iter()
+                .map(|h| {
+                    let r: Reading = serde_json::from_slice(&h.payload).expect("decode");
+                    let outcome = h.handled.outcome().cloned().expect("an outcome");
+                    (r.sensor, outcome)
+                })
+                .collect();
+            by_sensor.sort_by(|a, b| a.0.cmp(&b.0));
+            by_sensor
+        }
+
+        /// [`outcomes_by_sensor`] once every reading of [`readings`] is settled, however they were
+        /// split into batches: the compacting freezer's twice.
+        fn every_reading_settled() -> Vec<(String, HandlerOutcome)> {
+            vec![
+                ("attic".to_owned(), HandlerOutcome::drop()),
+                ("cellar".to_owned(), HandlerOutcome::ack()),
+                (
+                    "freezer-compacting".to_owned(),
+                    HandlerOutcome::retry_after(COMPACTION_BACKOFF),
+                ),
+                ("freezer-compacting".to_owned(), HandlerOutcome::ack()),
+                ("garage".to_owned(), HandlerOutcome::ack()),
+            ]
+        }
+
         mod in_process {
             use std::sync::Arc;
 
@@ -46,7 +77,10 @@ macro_rules! batches_scenarios {
             use ruststream_nats::testing::{InProcessNats, TestApp};
             use ruststream_nats::transport::{StreamSpec, Transport as _};
 
-            use super::{COMPACTION_BACKOFF, Reading, app, first_outcomes, reading, readings};
+            use super::{
+                COMPACTION_BACKOFF, Reading, app, every_reading_settled, first_outcomes,
+                outcomes_by_sensor, reading, readings,
+            };
             use crate::examples_support::nak_with;
 
             /// The app started on an emulated server whose stream already holds `readings`.
@@ -115,28 +149,9 @@ macro_rules! batches_scenarios {
                 t.advance(COMPACTION_BACKOFF).await;
 
                 // However the readings were split into batches, each got its own outcome.
-                let mut by_sensor: Vec<(String, HandlerOutcome)> = t
-                    .handled("store")
-                    .into_iter()
-                    .map(|h| {
-                        let r: Reading = serde_json::from_slice(&h.payload).expect("decode");
-                        let outcome = h.handled.outcome().cloned().expect("an outcome");
-                        (r.sensor, outcome)
-                    })
-                    .collect();
-                by_sensor.sort_by(|a, b| a.0.cmp(&b.0));
                 assert_eq!(
-                    by_sensor,
-                    [
-                        ("attic".to_owned(), HandlerOutcome::drop()),
-                        ("cellar".to_owned(), HandlerOutcome::ack()),
-                        (
-                            "freezer-compacting".to_owned(),
-                            HandlerOutcome::retry_after(COMPACTION_BACKOFF)
-                        ),
-                        ("freezer-compacting".to_owned(), HandlerOutcome::ack()),
-                        ("garage".to_owned(), HandlerOutcome::ack()),
-                    ]
+                    outcomes_by_sensor(t.handled("store")),
+                    every_reading_settled()
                 );
                 let info = t
                     .nats()
@@ -152,7 +167,10 @@ macro_rules! batches_scenarios {
 
             use ruststream_nats::prelude::*;
 
-            use super::{COMPACTION_BACKOFF, Reading, app, first_outcomes, reading, readings};
+            use super::{
+                COMPACTION_BACKOFF, Reading, app, every_reading_settled, first_outcomes,
+                outcomes_by_sensor, reading, readings,
+            };
             use crate::examples_support::{Live, PATIENCE, nak_with};
 
             #[tokio::test]
@@ -232,29 +250,9 @@ macro_rules! batches_scenarios {
                 .await;
 
                 // However the readings were split into batches, each got its own outcome.
-                let mut by_sensor: Vec<(String, HandlerOutcome)> = live
-                    .recorder()
-                    .handled("store")
-                    .into_iter()
-                    .map(|h| {
-                        let r: Reading = serde_json::from_slice(&h.payload).expect("decode");
-                        let outcome = h.handled.outcome().cloned().expect("an outcome");
-                        (r.sensor, outcome)
-                    })
-                    .collect();
-                by_sensor.sort_by(|a, b| a.0.cmp(&b.0));
                 assert_eq!(
-                    by_sensor,
-                    [
-                        ("attic".to_owned(), HandlerOutcome::drop()),
-                        ("cellar".to_owned(), HandlerOutcome::ack()),
-                        (
-                            "freezer-compacting".to_owned(),
-                            HandlerOutcome::retry_after(COMPACTION_BACKOFF)
-                        ),
-                        ("freezer-compacting".to_owned(), HandlerOutcome::ack()),
-                        ("garage".to_owned(), HandlerOutcome::ack()),
-                    ]
+                    outcomes_by_sensor(live.recorder().handled("store")),
+                    every_reading_settled()
                 );
                 let info = live
                     .consumer_until("SENSORS", "store", "every reading settled", |i| {

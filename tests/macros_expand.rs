@@ -359,12 +359,17 @@ async fn confirm(order: &Order, ctx: &mut Context<'_>) -> Result<Confirmed, Hand
     Ok(Confirmed { order: order.id })
 }
 
+/// Calls `confirm` on order `id`, publishing through `publisher`.
+async fn confirm_order(id: u64, publisher: &Recorder) -> Result<(), HandlerOutcome> {
+    let order = Order { id };
+    let d = delivery("orders.created", &order);
+    call(&confirm, &order, &d, &(), publisher).await
+}
+
 #[tokio::test]
 async fn a_reply_is_published_to_its_subject_then_acknowledged() {
-    let order = Order { id: 9 };
-    let d = delivery("orders.created", &order);
     let r = Recorder::default();
-    assert_eq!(call(&confirm, &order, &d, &(), &r).await, Ok(()));
+    assert_eq!(confirm_order(9, &r).await, Ok(()));
     assert_eq!(
         r.sent(),
         [
@@ -379,24 +384,14 @@ async fn a_reply_is_published_to_its_subject_then_acknowledged() {
 
 #[tokio::test]
 async fn a_reply_that_is_not_published_is_a_retry() {
-    let order = Order { id: 9 };
-    let d = delivery("orders.created", &order);
     let r = Recorder::failing();
-    assert_eq!(
-        call(&confirm, &order, &d, &(), &r).await,
-        Err(HandlerOutcome::retry())
-    );
+    assert_eq!(confirm_order(9, &r).await, Err(HandlerOutcome::retry()));
 }
 
 #[tokio::test]
 async fn an_err_from_a_reply_handler_publishes_nothing() {
-    let order = Order { id: 0 };
-    let d = delivery("orders.created", &order);
     let r = Recorder::default();
-    assert_eq!(
-        call(&confirm, &order, &d, &(), &r).await,
-        Err(HandlerOutcome::drop())
-    );
+    assert_eq!(confirm_order(0, &r).await, Err(HandlerOutcome::drop()));
     assert!(r.sent().is_empty());
 }
 

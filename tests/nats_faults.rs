@@ -13,21 +13,6 @@ use nats_support::*;
 use ruststream::{BatchContext, BatchOutcome, ErrorKind, HandleBatch, HandlerOutcome};
 use ruststream_nats::{CoreWildcard, JetStreamSubject, NatsBroker};
 
-const STREAM: &str = "ORDERS";
-
-async fn jetstream_server() -> (
-    NatsServer,
-    async_nats::Client,
-    async_nats::jetstream::Context,
-) {
-    logs();
-    let server = NatsServer::start();
-    let client = client(&server).await;
-    let js = js(&client);
-    create_stream(&js, STREAM, &["orders.>"]).await;
-    (server, client, js)
-}
-
 /// An address nothing listens on.
 fn closed_port_url() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -158,8 +143,7 @@ async fn a_missing_stream_refuses_to_start_saying_how_to_create_it() {
 async fn a_declared_stream_is_created_at_startup() {
     logs();
     let server = NatsServer::start();
-    let client = client(&server).await;
-    let js = js(&client);
+    let (_client, js) = connect_jetstream(&server).await;
     let handler = Scripted::always(HandlerOutcome::ack());
     let running = start(
         NatsBroker::new(server.url()).declare_stream("PAYMENTS", ["payments.>"]),
@@ -236,15 +220,10 @@ async fn a_durable_is_updated_when_ack_wait_changes_and_refused_when_its_filter_
 async fn a_deleted_consumer_is_opened_again() {
     let (server, _client, js) = jetstream_server().await;
     let handler = Scripted::always(HandlerOutcome::ack());
-    let running = start(NatsBroker::new(server.url()), |b| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("phoenix")
-                .handler(handler.clone()),
-        );
+    let running = start_on(&server, |b| {
+        b.include(created("phoenix").handler(handler.clone()));
     })
-    .await
-    .expect("the app starts");
+    .await;
     publish_stored(&js, "orders.created", &order(1)).await;
     handler.until_seen(1).await;
 
@@ -256,7 +235,7 @@ async fn a_deleted_consumer_is_opened_again() {
         .expect("the consumer is deleted");
     // The registration notices and creates the durable again; it starts from the stream's
     // beginning (deliver policy all), so order 1 comes again too.
-    eventually("the consumer exists again", || async {
+    eventually(PATIENCE, "the consumer exists again", || async {
         let stream = js.get_stream(STREAM).await.ok()?;
         stream.consumer_info("phoenix").await.ok()
     })
@@ -271,25 +250,20 @@ async fn a_deleted_consumer_is_opened_again() {
 async fn an_undecodable_payload_is_terminated_and_the_next_message_flows() {
     let (server, _client, js) = jetstream_server().await;
     let handler = Scripted::always(HandlerOutcome::ack());
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("decode")
+            created("decode")
                 .ack_wait(millis(300))
                 .handler(handler.clone()),
         );
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     publish_stored(&js, "orders.created", "not json").await;
     let good = publish_stored(&js, "orders.created", &order(2)).await;
     let seen = handler.until_seen(1).await;
     assert_eq!(seen[0].id, 2);
-    consumer_until(&js, STREAM, "decode", "both settled", |i| {
-        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == good
-    })
-    .await;
+    until_settled(&js, "decode", good, "both settled").await;
     quiet_for(Duration::from_millis(700)).await;
     // Terminated, not redelivered: two deliveries in all.
     assert_eq!(
@@ -305,26 +279,18 @@ async fn an_undecodable_payload_is_terminated_and_the_next_message_flows() {
 #[tokio::test]
 async fn an_undecodable_payload_goes_to_the_dead_letter() {
     let (server, client, js) = jetstream_server().await;
-    let dead = Wire::listen(&client, "dead.orders").await;
+    let dead = Recorder::start(&client, ["dead.orders"]).await;
     let handler = Scripted::always(HandlerOutcome::ack());
-    let running = start(NatsBroker::new(server.url()), |b| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("decode_dl")
-                .handler(handler.clone()),
-        )
-        .dead_letter("dead.orders");
+    let running = start_on(&server, |b| {
+        b.include(created("decode_dl").handler(handler.clone()))
+            .dead_letter("dead.orders");
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     let seq = publish_stored(&js, "orders.created", "{\"id\": \"seven\"}").await;
     let dead = dead.until(1).await;
     assert_eq!(&dead[0].payload[..], b"{\"id\": \"seven\"}");
-    consumer_until(&js, STREAM, "decode_dl", "terminated", |i| {
-        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == seq
-    })
-    .await;
+    until_settled(&js, "decode_dl", seq, "terminated").await;
     assert!(handler.seen().is_empty());
     running.stop().await.expect("a clean stop");
 }
@@ -340,15 +306,10 @@ async fn a_panicking_handler_is_retried_and_the_next_message_flows() {
             Some(HandlerOutcome::ack())
         }
     });
-    let running = start(NatsBroker::new(server.url()), |b| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("panics")
-                .handler(handler.clone()),
-        );
+    let running = start_on(&server, |b| {
+        b.include(created("panics").handler(handler.clone()));
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     publish_stored(&js, "orders.created", &order(1)).await;
     let second = publish_stored(&js, "orders.created", &order(2)).await;
@@ -359,10 +320,7 @@ async fn a_panicking_handler_is_retried_and_the_next_message_flows() {
         .expect("the panicked delivery came back as a retry");
     assert_eq!(again.attempt, 2);
     assert!(seen.iter().any(|s| s.id == 2));
-    consumer_until(&js, STREAM, "panics", "all settled", |i| {
-        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == second
-    })
-    .await;
+    until_settled(&js, "panics", second, "all settled").await;
     running.stop().await.expect("a clean stop");
 }
 
@@ -382,18 +340,16 @@ async fn a_failed_dead_letter_publish_leaves_the_original_unsettled() {
     publish_stored(&js, "dead.filler", "{}").await;
 
     let handler = Scripted::always(HandlerOutcome::retry());
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("dl_fails")
+            created("dl_fails")
                 .ack_wait(millis(600))
                 .handler(handler.clone()),
         )
         .max_attempts(attempts(1))
         .dead_letter("dead.orders");
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     let seq = publish_stored(&js, "orders.created", &order(13)).await;
     handler.until_seen(1).await;
@@ -413,14 +369,7 @@ async fn a_failed_dead_letter_publish_leaves_the_original_unsettled() {
         .purge()
         .await
         .expect("purged");
-    consumer_until(
-        &js,
-        STREAM,
-        "dl_fails",
-        "terminated after the dead letter",
-        |i| i.num_ack_pending == 0 && i.ack_floor.stream_sequence == seq,
-    )
-    .await;
+    until_settled(&js, "dl_fails", seq, "terminated after the dead letter").await;
     let mut dead = js.get_stream("DEAD").await.expect("the dead-letter stream");
     let state = dead.info().await.expect("its info").state.clone();
     assert_eq!(state.messages, 1);
@@ -497,21 +446,16 @@ async fn a_batch_settles_each_message_with_its_own_outcome() {
                 .collect(),
         )
     });
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("batch")
+            created("batch")
                 .batch(NonZeroUsize::new(10).expect("not zero"))
                 .handler(handler.clone()),
         );
     })
-    .await
-    .expect("the app starts");
-
-    consumer_until(&js, STREAM, "batch", "every message settled", |i| {
-        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == last
-    })
     .await;
+
+    until_settled(&js, "batch", last, "every message settled").await;
     let mut ids = handler.ids();
     ids.sort_unstable();
     assert_eq!(ids, [1, 2, 3, 3, 4], "order 3 came back once");
@@ -532,20 +476,18 @@ async fn a_batch_with_the_wrong_number_of_outcomes_settles_nothing() {
         publish_stored(&js, "orders.created", &order(id)).await;
     }
     let handler = Batches::new(|_| BatchOutcome::Each(vec![HandlerOutcome::ack()]));
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("mismatch")
+            created("mismatch")
                 .ack_wait(millis(1_000))
                 .batch(NonZeroUsize::new(10).expect("not zero"))
                 .handler(handler.clone()),
         );
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     // A batch of several got one outcome: nothing of it is settled. (A batch of one matches.)
-    eventually("all three handled", || async {
+    eventually(PATIENCE, "all three handled", || async {
         (handler.ids().len() >= 3).then_some(())
     })
     .await;

@@ -8,50 +8,28 @@ use std::time::Duration;
 
 use nats_support::*;
 use ruststream::HandlerOutcome;
-use ruststream_nats::{
-    CoreSubject, CoreWildcard, JetStreamSubject, NatsBroker, RETRY_COUNT_HEADER,
-};
-
-const STREAM: &str = "ORDERS";
-
-async fn jetstream_server() -> (
-    NatsServer,
-    async_nats::Client,
-    async_nats::jetstream::Context,
-) {
-    logs();
-    let server = NatsServer::start();
-    let client = client(&server).await;
-    let js = js(&client);
-    create_stream(&js, STREAM, &["orders.>"]).await;
-    (server, client, js)
-}
+use ruststream_nats::{CoreSubject, CoreWildcard, RETRY_COUNT_HEADER};
 
 #[tokio::test]
 async fn jetstream_at_the_cap_without_a_dead_letter_is_terminated() {
     let (server, _client, js) = jetstream_server().await;
     let handler = Scripted::always(HandlerOutcome::retry());
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("capped")
+            created("capped")
                 .ack_wait(millis(500))
                 .handler(handler.clone()),
         )
         .max_attempts(attempts(3));
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     let seq = publish_stored(&js, "orders.created", &order(1)).await;
     let seen = handler.until_seen(3).await;
     let delivered: Vec<_> = seen.iter().map(|s| s.delivered).collect();
     assert_eq!(delivered, [Some(1), Some(2), Some(3)]);
     assert!(seen.iter().all(|s| s.stream_sequence == Some(seq)));
-    consumer_until(&js, STREAM, "capped", "terminated at the cap", |i| {
-        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == seq
-    })
-    .await;
+    until_settled(&js, "capped", seq, "terminated at the cap").await;
     quiet_for(Duration::from_millis(900)).await;
     assert_eq!(handler.seen().len(), 3, "a terminated message came back");
     assert_eq!(
@@ -67,27 +45,19 @@ async fn jetstream_at_the_cap_without_a_dead_letter_is_terminated() {
 #[tokio::test]
 async fn jetstream_at_the_cap_goes_to_a_stored_dead_letter_unchanged() {
     let (server, _client, js) = jetstream_server().await;
-    create_stream(&js, "DEAD", &["dead.>"]).await;
+    create_stream(&js, "DEAD", ["dead.>"]).await;
     let handler = Scripted::always(HandlerOutcome::retry_after(Duration::from_millis(50)));
-    let running = start(NatsBroker::new(server.url()), |b| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("dl")
-                .handler(handler.clone()),
-        )
-        .max_attempts(attempts(2))
-        .dead_letter("dead.orders");
+    let running = start_on(&server, |b| {
+        b.include(created("dl").handler(handler.clone()))
+            .max_attempts(attempts(2))
+            .dead_letter("dead.orders");
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     let seq = publish_stored_with(&js, "orders.created", &[("trace-id", "t-42")], &order(42)).await;
     let seen = handler.until_seen(2).await;
     assert_eq!(seen[1].delivered, Some(2));
-    consumer_until(&js, STREAM, "dl", "terminated after the dead letter", |i| {
-        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == seq
-    })
-    .await;
+    until_settled(&js, "dl", seq, "terminated after the dead letter").await;
 
     let dead = js.get_stream("DEAD").await.expect("the dead-letter stream");
     let stored = dead
@@ -108,17 +78,14 @@ async fn jetstream_at_the_cap_goes_to_a_stored_dead_letter_unchanged() {
 
 #[tokio::test]
 async fn core_retry_under_a_cap_brings_one_copy_per_attempt() {
-    logs();
-    let server = NatsServer::start();
-    let client = client(&server).await;
-    let wire = Wire::listen(&client, "notices.sent").await;
+    let (server, client) = live_server().await;
+    let wire = Recorder::start(&client, ["notices.sent"]).await;
     let handler = Scripted::always(HandlerOutcome::retry());
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(CoreSubject::new("notices.sent").handler(handler.clone()))
             .max_attempts(attempts(3));
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     publish_core(&client, "notices.sent", &[("trace-id", "c-1")], &order(8)).await;
     let seen = handler.until_seen(3).await;
@@ -143,18 +110,15 @@ async fn core_retry_under_a_cap_brings_one_copy_per_attempt() {
 
 #[tokio::test]
 async fn core_at_the_cap_goes_to_the_dead_letter_as_it_arrived() {
-    logs();
-    let server = NatsServer::start();
-    let client = client(&server).await;
-    let dead = Wire::listen(&client, "dead.notices").await;
+    let (server, client) = live_server().await;
+    let dead = Recorder::start(&client, ["dead.notices"]).await;
     let handler = Scripted::always(HandlerOutcome::retry_after(Duration::from_millis(50)));
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(CoreSubject::new("notices.sent").handler(handler.clone()))
             .max_attempts(attempts(2))
             .dead_letter("dead.notices");
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     publish_core(&client, "notices.sent", &[("trace-id", "c-2")], &order(9)).await;
     handler.until_seen(2).await;
@@ -177,23 +141,14 @@ async fn core_at_the_cap_goes_to_the_dead_letter_as_it_arrived() {
 
 #[tokio::test]
 async fn a_core_pattern_sends_its_copies_to_retry_to() {
-    logs();
-    let server = NatsServer::start();
-    let client = client(&server).await;
-    let handler = Scripted::new(|seen| {
-        Some(if seen.attempt == 1 {
-            HandlerOutcome::retry()
-        } else {
-            HandlerOutcome::ack()
-        })
-    });
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let (server, client) = live_server().await;
+    let handler = Scripted::first_then_ack(HandlerOutcome::retry());
+    let running = start_on(&server, |b| {
         b.include(CoreWildcard::new("orders.*").handler(handler.clone()))
             .max_attempts(attempts(3))
             .retry_to("orders.retry");
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     publish_core(&client, "orders.eu", &[], &order(4)).await;
     let seen = handler.until_seen(2).await;
@@ -206,16 +161,13 @@ async fn a_core_pattern_sends_its_copies_to_retry_to() {
 
 #[tokio::test]
 async fn a_malformed_retry_count_is_attempt_one_and_still_handled() {
-    logs();
-    let server = NatsServer::start();
-    let client = client(&server).await;
+    let (server, client) = live_server().await;
     let handler = Scripted::always(HandlerOutcome::ack());
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(CoreSubject::new("notices.sent").handler(handler.clone()))
             .max_attempts(attempts(2));
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     publish_core(
         &client,

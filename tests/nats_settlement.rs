@@ -10,42 +10,22 @@ use nats_support::*;
 use ruststream::{Env, ErrorKind, HandlerOutcome};
 use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker, RETRY_COUNT_HEADER};
 
-const STREAM: &str = "ORDERS";
-
-async fn jetstream_server() -> (
-    NatsServer,
-    async_nats::Client,
-    async_nats::jetstream::Context,
-) {
-    logs();
-    let server = NatsServer::start();
-    let client = client(&server).await;
-    let js = js(&client);
-    create_stream(&js, STREAM, &["orders.>"]).await;
-    (server, client, js)
-}
-
 #[tokio::test]
 async fn ack_finishes_the_message() {
     let (server, _client, js) = jetstream_server().await;
     let handler = Scripted::always(HandlerOutcome::ack());
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("ack")
+            created("ack")
                 .ack_wait(millis(500))
                 .handler(handler.clone()),
         );
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     let seq = publish_stored(&js, "orders.created", &order(1)).await;
     handler.until_seen(1).await;
-    let info = consumer_until(&js, STREAM, "ack", "the message is acknowledged", |i| {
-        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == seq
-    })
-    .await;
+    let info = until_settled(&js, "ack", seq, "the message is acknowledged").await;
     assert_eq!(info.num_pending, 0);
 
     // Past ack_wait, the server sends it no more.
@@ -61,18 +41,11 @@ async fn ack_finishes_the_message() {
 #[tokio::test]
 async fn an_ephemeral_consumer_on_a_pattern_reads_and_settles() {
     let (server, _client, js) = jetstream_server().await;
-    let handler = Scripted::new(|seen| {
-        Some(if seen.delivered == Some(1) {
-            HandlerOutcome::retry()
-        } else {
-            HandlerOutcome::ack()
-        })
-    });
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let handler = Scripted::first_then_ack(HandlerOutcome::retry());
+    let running = start_on(&server, |b| {
         b.include(JetStreamSubject::new("orders.*", STREAM).handler(handler.clone()));
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     publish_stored(&js, "orders.created", &order(1)).await;
     publish_stored(&js, "orders.shipped", &order(2)).await;
@@ -98,22 +71,11 @@ async fn an_ephemeral_consumer_on_a_pattern_reads_and_settles() {
 async fn retry_is_delivered_again_at_once_with_the_same_stream_sequence() {
     let (server, _client, js) = jetstream_server().await;
     // The default ack_wait is 30 s: a redelivery within the test's patience is the -NAK's.
-    let handler = Scripted::new(|seen| {
-        Some(if seen.delivered == Some(1) {
-            HandlerOutcome::retry()
-        } else {
-            HandlerOutcome::ack()
-        })
-    });
-    let running = start(NatsBroker::new(server.url()), |b| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("retry")
-                .handler(handler.clone()),
-        );
+    let handler = Scripted::first_then_ack(HandlerOutcome::retry());
+    let running = start_on(&server, |b| {
+        b.include(created("retry").handler(handler.clone()));
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     let seq = publish_stored(&js, "orders.created", &order(7)).await;
     let seen = handler.until_seen(2).await;
@@ -123,10 +85,7 @@ async fn retry_is_delivered_again_at_once_with_the_same_stream_sequence() {
     assert_eq!(seen[0].stream_sequence, Some(seq));
     assert_eq!(seen[1].stream_sequence, Some(seq));
 
-    let info = consumer_until(&js, STREAM, "retry", "acknowledged after the retry", |i| {
-        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == seq
-    })
-    .await;
+    let info = until_settled(&js, "retry", seq, "acknowledged after the retry").await;
     assert_eq!(info.delivered.consumer_sequence, 2, "delivered twice");
     assert_eq!(info.delivered.stream_sequence, seq, "one message");
     running.stop().await.expect("a clean stop");
@@ -136,22 +95,11 @@ async fn retry_is_delivered_again_at_once_with_the_same_stream_sequence() {
 async fn retry_after_is_held_for_the_delay_then_delivered_again() {
     let (server, _client, js) = jetstream_server().await;
     let delay = Duration::from_millis(400);
-    let handler = Scripted::new(move |seen| {
-        Some(if seen.delivered == Some(1) {
-            HandlerOutcome::retry_after(delay)
-        } else {
-            HandlerOutcome::ack()
-        })
-    });
-    let running = start(NatsBroker::new(server.url()), |b| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("later")
-                .handler(handler.clone()),
-        );
+    let handler = Scripted::first_then_ack(HandlerOutcome::retry_after(delay));
+    let running = start_on(&server, |b| {
+        b.include(created("later").handler(handler.clone()));
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     let seq = publish_stored(&js, "orders.created", &order(3)).await;
     let seen = handler.until_seen(2).await;
@@ -162,10 +110,7 @@ async fn retry_after_is_held_for_the_delay_then_delivered_again() {
     );
     assert_eq!(seen[1].delivered, Some(2));
     assert_eq!(seen[1].stream_sequence, Some(seq));
-    consumer_until(&js, STREAM, "later", "acknowledged after the delay", |i| {
-        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == seq
-    })
-    .await;
+    until_settled(&js, "later", seq, "acknowledged after the delay").await;
     running.stop().await.expect("a clean stop");
 }
 
@@ -173,23 +118,18 @@ async fn retry_after_is_held_for_the_delay_then_delivered_again() {
 async fn drop_ends_the_message_for_good() {
     let (server, _client, js) = jetstream_server().await;
     let handler = Scripted::always(HandlerOutcome::drop());
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("drop")
+            created("drop")
                 .ack_wait(millis(300))
                 .handler(handler.clone()),
         );
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     let seq = publish_stored(&js, "orders.created", &order(9)).await;
     handler.until_seen(1).await;
-    consumer_until(&js, STREAM, "drop", "the message is terminated", |i| {
-        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == seq
-    })
-    .await;
+    until_settled(&js, "drop", seq, "the message is terminated").await;
     quiet_for(Duration::from_millis(900)).await;
     assert_eq!(handler.seen().len(), 1, "a terminated message came back");
     let info = consumer_info(&js, STREAM, "drop").await;
@@ -201,7 +141,7 @@ async fn drop_ends_the_message_for_good() {
 async fn no_outcome_before_ack_wait_is_delivered_again_and_counts_toward_the_cap() {
     let (server, client, js) = jetstream_server().await;
     let ack_wait = Duration::from_millis(800);
-    let dead = Wire::listen(&client, "dead.orders").await;
+    let dead = Recorder::start(&client, ["dead.orders"]).await;
     // The first delivery outlives ack_wait; the second comes from the server meanwhile.
     let handler = Scripted::always(HandlerOutcome::retry()).slow_when(move |seen| {
         if seen.delivered == Some(1) {
@@ -210,10 +150,9 @@ async fn no_outcome_before_ack_wait_is_delivered_again_and_counts_toward_the_cap
             Duration::ZERO
         }
     });
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("slow")
+            created("slow")
                 .ack_wait(ruststream::NonZeroDuration::new(ack_wait).expect("not zero"))
                 .handler(handler.clone()),
         )
@@ -221,8 +160,7 @@ async fn no_outcome_before_ack_wait_is_delivered_again_and_counts_toward_the_cap
         .max_attempts(attempts(2))
         .dead_letter("dead.orders");
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     let published = std::time::Instant::now();
     let seq = publish_stored(&js, "orders.created", &order(11)).await;
@@ -239,19 +177,14 @@ async fn no_outcome_before_ack_wait_is_delivered_again_and_counts_toward_the_cap
     // letter, then it is terminated.
     let dead = dead.until(1).await;
     assert_eq!(&dead[0].payload[..], order(11).as_bytes());
-    consumer_until(&js, STREAM, "slow", "terminated at the cap", |i| {
-        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == seq
-    })
-    .await;
+    until_settled(&js, "slow", seq, "terminated at the cap").await;
     running.stop().await.expect("a clean stop");
 }
 
 #[tokio::test]
 async fn core_outcomes_bring_nothing_back() {
-    logs();
-    let server = NatsServer::start();
-    let client = client(&server).await;
-    let wire = Wire::listen(&client, "notices.sent").await;
+    let (server, client) = live_server().await;
+    let wire = Recorder::start(&client, ["notices.sent"]).await;
     let handler = Scripted::new(|seen| {
         Some(match seen.id {
             1 => HandlerOutcome::ack(),
@@ -259,11 +192,10 @@ async fn core_outcomes_bring_nothing_back() {
             _ => HandlerOutcome::retry(),
         })
     });
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(CoreSubject::new("notices.sent").handler(handler.clone()));
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     for id in 1..=3 {
         publish_core(&client, "notices.sent", &[], &order(id)).await;
@@ -279,23 +211,14 @@ async fn core_outcomes_bring_nothing_back() {
 
 #[tokio::test]
 async fn core_retry_after_publishes_a_copy_after_the_delay() {
-    logs();
-    let server = NatsServer::start();
-    let client = client(&server).await;
-    let wire = Wire::listen(&client, "notices.sent").await;
+    let (server, client) = live_server().await;
+    let wire = Recorder::start(&client, ["notices.sent"]).await;
     let delay = Duration::from_millis(400);
-    let handler = Scripted::new(move |seen| {
-        Some(if seen.attempt == 1 {
-            HandlerOutcome::retry_after(delay)
-        } else {
-            HandlerOutcome::ack()
-        })
-    });
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let handler = Scripted::first_then_ack(HandlerOutcome::retry_after(delay));
+    let running = start_on(&server, |b| {
         b.include(CoreSubject::new("notices.sent").handler(handler.clone()));
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     publish_core(&client, "notices.sent", &[("trace-id", "abc")], &order(5)).await;
     let seen = handler.until_seen(2).await;
@@ -316,15 +239,10 @@ async fn core_retry_after_publishes_a_copy_after_the_delay() {
 async fn a_graceful_stop_lets_the_handler_in_flight_settle_on_the_server() {
     let (server, _client, js) = jetstream_server().await;
     let handler = Scripted::always(HandlerOutcome::ack()).slow(Duration::from_millis(800));
-    let running = start(NatsBroker::new(server.url()), |b| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("drain")
-                .handler(handler.clone()),
-        );
+    let running = start_on(&server, |b| {
+        b.include(created("drain").handler(handler.clone()));
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     let seq = publish_stored(&js, "orders.created", &order(21)).await;
     handler.until_seen(1).await;
@@ -341,16 +259,11 @@ async fn a_stop_gives_back_what_was_pulled_but_not_started() {
     let (server, _client, js) = jetstream_server().await;
     let slow = Scripted::always(HandlerOutcome::ack()).slow(Duration::from_millis(600));
     // Two at once, so that a message waits in the client while two are handled.
-    let running = start(NatsBroker::new(server.url()), |b| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("handover")
-                .handler(slow.clone()),
-        )
-        .concurrency(std::num::NonZeroUsize::new(2).expect("not zero"));
+    let running = start_on(&server, |b| {
+        b.include(created("handover").handler(slow.clone()))
+            .concurrency(std::num::NonZeroUsize::new(2).expect("not zero"));
     })
-    .await
-    .expect("the app starts");
+    .await;
     for id in 1..=6 {
         publish_stored(&js, "orders.created", &order(id)).await;
     }
@@ -365,15 +278,10 @@ async fn a_stop_gives_back_what_was_pulled_but_not_started() {
     // Released with -NAK, the rest go to the next instance at once: nothing waits for the 30 s
     // ack_wait (longer than the test's patience).
     let fast = Scripted::always(HandlerOutcome::ack());
-    let running = start(NatsBroker::new(server.url()), |b| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("handover")
-                .handler(fast.clone()),
-        );
+    let running = start_on(&server, |b| {
+        b.include(created("handover").handler(fast.clone()));
     })
-    .await
-    .expect("the app starts again");
+    .await;
     let rest = fast.until_seen(6 - handled).await;
     let mut ids: Vec<u64> = slow.seen().iter().chain(&rest).map(|s| s.id).collect();
     ids.sort_unstable();
@@ -393,11 +301,7 @@ async fn a_drain_timeout_abandons_the_handler_and_leaves_the_message_to_the_serv
         NatsBroker::new(server.url()),
         Env::new().with_drain_timeout(Duration::from_millis(300)),
         |b| {
-            b.include(
-                JetStreamSubject::new("orders.created", STREAM)
-                    .durable("abandon")
-                    .handler(handler.clone()),
-            );
+            b.include(created("abandon").handler(handler.clone()));
         },
     )
     .await
@@ -416,16 +320,13 @@ async fn a_drain_timeout_abandons_the_handler_and_leaves_the_message_to_the_serv
 
 #[tokio::test]
 async fn a_stop_drops_pending_core_copies() {
-    logs();
-    let server = NatsServer::start();
-    let client = client(&server).await;
-    let wire = Wire::listen(&client, "notices.sent").await;
+    let (server, client) = live_server().await;
+    let wire = Recorder::start(&client, ["notices.sent"]).await;
     let handler = Scripted::always(HandlerOutcome::retry_after(Duration::from_millis(1500)));
-    let running = start(NatsBroker::new(server.url()), |b| {
+    let running = start_on(&server, |b| {
         b.include(CoreSubject::new("notices.sent").handler(handler.clone()));
     })
-    .await
-    .expect("the app starts");
+    .await;
 
     publish_core(&client, "notices.sent", &[], &order(30)).await;
     handler.until_seen(1).await;

@@ -13,6 +13,7 @@ use common::orders::{DEAD, Done, Order, STREAM, Step};
 use common::{ACK_WAIT, DELAY};
 use ruststream::{HandlerOutcome, Headers};
 use ruststream_nats::testing::ConsumerFacts;
+use ruststream_test_server::client::nak_with;
 use tokio::time::Instant;
 
 /// Runs each scenario on the app in process (paused clock) and live (real server and clock).
@@ -64,10 +65,6 @@ both!(
 
 fn delay_ms() -> u64 {
     u64::try_from(DELAY.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn nak_delay() -> String {
-    format!("-NAK {{\"delay\": {}}}", DELAY.as_nanos())
 }
 
 // ---- JetStream --------------------------------------------------------------------------------
@@ -139,7 +136,10 @@ async fn jetstream_retry_after_is_held_for_the_delay(wire: &AppWire) {
         [HandlerOutcome::retry_after(DELAY), HandlerOutcome::ack()]
     );
     assert_eq!(wire.delivered("js"), [Some(1), Some(2)]);
-    assert_eq!(wire.acks(STREAM, "placed"), [nak_delay(), "+ACK".into()]);
+    assert_eq!(
+        wire.acks(STREAM, "placed"),
+        [nak_with(DELAY), "+ACK".into()]
+    );
     assert_eq!(
         wire.consumer_info(STREAM, "placed").await,
         ConsumerFacts::new(2, 1, 0, 0, 0)
@@ -222,7 +222,10 @@ async fn jetstream_retry_after_below_the_cap_is_held(wire: &AppWire) {
     assert!(start.elapsed() >= DELAY, "held for the delay");
     wire.quiet().await;
     assert_eq!(wire.delivered("js_capped"), [Some(1), Some(2)]);
-    assert_eq!(wire.acks(STREAM, "capped"), [nak_delay(), "+ACK".into()]);
+    assert_eq!(
+        wire.acks(STREAM, "capped"),
+        [nak_with(DELAY), "+ACK".into()]
+    );
     assert!(wire.messages(DEAD).is_empty());
 }
 

@@ -9,11 +9,12 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{ACK_WAIT, DELAY, QUIET, Reply, Server, consumer, text};
+use common::{ACK_WAIT, DELAY, PATIENCE, Pull, QUIET, Reply, Server, consumer, text};
 use ruststream::Headers;
 use ruststream_nats::DeliverPolicy;
 use ruststream_nats::testing::{ConsumerFacts, StoredMessage};
 use ruststream_nats::transport::TransportErrorKind;
+use ruststream_test_server::client::{nak_with, wait_until};
 use tokio::time::Instant;
 
 /// Runs each scenario in process (paused clock) and live (real server, real clock).
@@ -63,42 +64,42 @@ both!(
 const STREAM: &str = "ORDERS";
 const DURABLE: &str = "worker";
 
+/// Long enough for a server to have delivered again an unsettled message.
+const PAST_ACK_WAIT: Duration = ACK_WAIT.saturating_add(Duration::from_millis(500));
+
 async fn setup(server: &Server) {
     server.stream(STREAM, &["orders.>"]).await;
 }
 
-fn nak_with(delay: Duration) -> String {
-    format!("-NAK {{\"delay\": {}}}", delay.as_nanos())
+/// The stream holding one message, `one`, and a pull on it by [`DURABLE`].
+async fn one_message_pulled(server: &Server) -> Pull {
+    setup(server).await;
+    assert_eq!(server.publish_stored("orders.placed", "one").await, 1);
+    server.pull(STREAM, DURABLE, "orders.>").await
+}
+
+/// The counters of [`DURABLE`], as the server reports them.
+async fn worker(server: &Server) -> ConsumerFacts {
+    server.consumer_info(STREAM, DURABLE).await
 }
 
 // ---- settlement -------------------------------------------------------------------------------
 
 async fn ack_finishes_the_message(server: &Server) {
-    setup(server).await;
-    assert_eq!(server.publish_stored("orders.placed", "one").await, 1);
-    let mut pull = server.pull(STREAM, DURABLE, "orders.>").await;
+    let mut pull = one_message_pulled(server).await;
 
     let m = pull.next().await;
     assert_eq!(text(&m), "one");
     assert_eq!(Reply::of(&m).counts(), (1, 1, 1));
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(1, 1, 1, 0, 0)
-    );
+    assert_eq!(worker(server).await, ConsumerFacts::new(1, 1, 1, 0, 0));
 
     server.settle(&m, "+ACK").await;
-    pull.nothing_within(ACK_WAIT + Duration::from_millis(500))
-        .await;
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(1, 1, 0, 0, 0)
-    );
+    pull.nothing_within(PAST_ACK_WAIT).await;
+    assert_eq!(worker(server).await, ConsumerFacts::new(1, 1, 0, 0, 0));
 }
 
 async fn nak_delivers_again_at_once(server: &Server) {
-    setup(server).await;
-    server.publish_stored("orders.placed", "one").await;
-    let mut pull = server.pull(STREAM, DURABLE, "orders.>").await;
+    let mut pull = one_message_pulled(server).await;
 
     let first = pull.next().await;
     let naked = Instant::now();
@@ -107,23 +108,15 @@ async fn nak_delivers_again_at_once(server: &Server) {
     assert!(naked.elapsed() < ACK_WAIT, "a -NAK delivers again at once");
     assert_eq!(text(&again), "one");
     assert_eq!(Reply::of(&again).counts(), (2, 1, 2));
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(2, 1, 1, 1, 0)
-    );
+    assert_eq!(worker(server).await, ConsumerFacts::new(2, 1, 1, 1, 0));
 
     server.settle(&again, "+ACK").await;
     pull.nothing_within(QUIET).await;
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(2, 1, 0, 0, 0)
-    );
+    assert_eq!(worker(server).await, ConsumerFacts::new(2, 1, 0, 0, 0));
 }
 
 async fn nak_with_delay_holds_the_message(server: &Server) {
-    setup(server).await;
-    server.publish_stored("orders.placed", "one").await;
-    let mut pull = server.pull(STREAM, DURABLE, "orders.>").await;
+    let mut pull = one_message_pulled(server).await;
 
     let first = pull.next().await;
     let naked = Instant::now();
@@ -140,31 +133,19 @@ async fn nak_with_delay_holds_the_message(server: &Server) {
         "came back after the delay, not after ack_wait: {waited:?}"
     );
     assert_eq!(Reply::of(&again).counts(), (2, 1, 2));
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(2, 1, 1, 1, 0)
-    );
+    assert_eq!(worker(server).await, ConsumerFacts::new(2, 1, 1, 1, 0));
     server.settle(&again, "+ACK").await;
     pull.nothing_within(QUIET).await;
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(2, 1, 0, 0, 0)
-    );
+    assert_eq!(worker(server).await, ConsumerFacts::new(2, 1, 0, 0, 0));
 }
 
 async fn term_ends_the_message(server: &Server) {
-    setup(server).await;
-    server.publish_stored("orders.placed", "one").await;
-    let mut pull = server.pull(STREAM, DURABLE, "orders.>").await;
+    let mut pull = one_message_pulled(server).await;
 
     let m = pull.next().await;
     server.settle(&m, "+TERM").await;
-    pull.nothing_within(ACK_WAIT + Duration::from_millis(500))
-        .await;
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(1, 1, 0, 0, 0)
-    );
+    pull.nothing_within(PAST_ACK_WAIT).await;
+    assert_eq!(worker(server).await, ConsumerFacts::new(1, 1, 0, 0, 0));
     assert_eq!(
         server.stream_messages(STREAM).await.len(),
         1,
@@ -173,9 +154,7 @@ async fn term_ends_the_message(server: &Server) {
 }
 
 async fn ack_wait_expiry_delivers_again(server: &Server) {
-    setup(server).await;
-    server.publish_stored("orders.placed", "one").await;
-    let mut pull = server.pull(STREAM, DURABLE, "orders.>").await;
+    let mut pull = one_message_pulled(server).await;
 
     let first = pull.next().await;
     let delivered_at = Instant::now();
@@ -184,26 +163,17 @@ async fn ack_wait_expiry_delivers_again(server: &Server) {
     let second = pull.next().await;
     assert!(delivered_at.elapsed() >= ACK_WAIT, "not before ack_wait");
     assert_eq!(Reply::of(&second).counts(), (2, 1, 2));
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(2, 1, 1, 1, 0)
-    );
+    assert_eq!(worker(server).await, ConsumerFacts::new(2, 1, 1, 1, 0));
 
     let third = pull.next().await;
     assert_eq!(Reply::of(&third).counts(), (3, 1, 3));
     server.settle(&third, "+ACK").await;
-    pull.nothing_within(ACK_WAIT + Duration::from_millis(500))
-        .await;
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(3, 1, 0, 0, 0)
-    );
+    pull.nothing_within(PAST_ACK_WAIT).await;
+    assert_eq!(worker(server).await, ConsumerFacts::new(3, 1, 0, 0, 0));
 }
 
 async fn progress_restarts_ack_wait(server: &Server) {
-    setup(server).await;
-    server.publish_stored("orders.placed", "one").await;
-    let mut pull = server.pull(STREAM, DURABLE, "orders.>").await;
+    let mut pull = one_message_pulled(server).await;
 
     let m = pull.next().await;
     tokio::time::sleep(ACK_WAIT * 6 / 10).await;
@@ -254,10 +224,7 @@ async fn deliveries_carry_sequences_and_pending(server: &Server) {
         ]
     );
     pull.nothing_within(QUIET).await;
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(3, 3, 0, 0, 0)
-    );
+    assert_eq!(worker(server).await, ConsumerFacts::new(3, 3, 0, 0, 0));
 }
 
 async fn a_redelivery_goes_before_new_messages(server: &Server) {
@@ -279,10 +246,7 @@ async fn a_redelivery_goes_before_new_messages(server: &Server) {
     assert_eq!(Reply::of(&b).counts(), (1, 2, 3));
     server.settle(&b, "+ACK").await;
     pull.nothing_within(QUIET).await;
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(3, 2, 0, 0, 0)
-    );
+    assert_eq!(worker(server).await, ConsumerFacts::new(3, 2, 0, 0, 0));
 }
 
 async fn max_ack_pending_holds_new_messages_back(server: &Server) {
@@ -296,10 +260,7 @@ async fn max_ack_pending_holds_new_messages_back(server: &Server) {
     let a = pull.next().await;
     assert_eq!(text(&a), "a");
     pull.nothing_within(QUIET).await;
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(1, 1, 1, 0, 1)
-    );
+    assert_eq!(worker(server).await, ConsumerFacts::new(1, 1, 1, 0, 1));
     server.settle(&a, "+ACK").await;
     let b = pull.next().await;
     assert_eq!(text(&b), "b");
@@ -314,10 +275,7 @@ async fn deliver_new_skips_what_the_stream_holds(server: &Server) {
     spec.deliver_policy = DeliverPolicy::New;
     let mut pull = server.pull_with(spec).await;
     pull.nothing_within(QUIET).await;
-    assert_eq!(
-        server.consumer_info(STREAM, DURABLE).await,
-        ConsumerFacts::new(0, 2, 0, 0, 0)
-    );
+    assert_eq!(worker(server).await, ConsumerFacts::new(0, 2, 0, 0, 0));
 
     server.publish_stored("orders.placed", "new").await;
     let m = pull.next().await;
@@ -418,7 +376,10 @@ async fn a_queue_group_gets_each_message_once(server: &Server) {
         server.publish("jobs.run", &i.to_string()).await;
     }
     assert_eq!(everyone.wait_for(10).await.len(), 10);
-    common::wait_until(|| one.messages().len() + two.messages().len() >= 10).await;
+    wait_until(PATIENCE, "ten messages across the group", || {
+        one.messages().len() + two.messages().len() >= 10
+    })
+    .await;
     tokio::time::sleep(QUIET).await;
     let mut got: Vec<u32> = one
         .payloads()

@@ -1,6 +1,6 @@
 //! What the `examples_*` tests share: an example's unchanged `app()` on a real nats-server, and
 //! the questions a test asks that server (consumer info, stream contents, what was published
-//! where, the acknowledgements on the wire) through async-nats.
+//! where, the acknowledgements on the wire) through async-nats (`ruststream_test_server::client`).
 //!
 //! The examples hard-code `nats://localhost:4222`. [`Live::start`] points the app at the test's
 //! own server without touching its code: the app's `Env` carries a `TransportOverride` holding
@@ -10,24 +10,23 @@
 //!
 //! In process, the same apps run on `ruststream_nats::testing::TestApp`.
 
-#![allow(dead_code)]
+// Each test crate uses a part of it.
+#![allow(dead_code, unused_imports)]
 
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, stream};
-use futures::StreamExt as _;
+use async_nats::jetstream::{self, consumer};
 use ruststream::{App, Env, Observer, RunningApp};
 use ruststream_nats::testing::{Recorder, streams_of};
 use ruststream_nats::transport::TransportOverride;
 use ruststream_nats::transport::nats::NatsTransport;
+use ruststream_test_server::client;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use ruststream_test_server::NatsServer;
-
-/// How long a live test waits for something that should happen.
-pub const PATIENCE: Duration = Duration::from_secs(10);
+pub use ruststream_test_server::client::{PATIENCE, nak_with};
 
 /// How long a live test watches for something that should not happen.
 pub const QUIET: Duration = Duration::from_millis(500);
@@ -39,7 +38,7 @@ pub struct Live {
     /// JetStream over the test's connection.
     pub js: jetstream::Context,
     recorder: Arc<Recorder>,
-    wire: Arc<Mutex<Vec<async_nats::Message>>>,
+    wire: client::Recorder,
     running: Option<RunningApp>,
     // Last: killed after everything else let go of it.
     server: NatsServer,
@@ -54,21 +53,8 @@ impl Live {
             ruststream::app::cli::install_tracing();
         }
         let server = NatsServer::start();
-        let client = async_nats::connect(server.url())
-            .await
-            .expect("the test client connects");
-        let js = jetstream::new(client.clone());
-        let wire: Arc<Mutex<Vec<async_nats::Message>>> = Arc::default();
-        let mut everything = client.subscribe(">").await.expect("subscribe to >");
-        client.flush().await.expect("flush");
-        let sink = Arc::clone(&wire);
-        tokio::spawn(async move {
-            while let Some(message) = everything.next().await {
-                sink.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(message);
-            }
-        });
+        let (client, js) = client::connect_jetstream(&server).await;
+        let wire = client::Recorder::start(&client, [">"]).await;
         Self {
             client,
             js,
@@ -91,22 +77,13 @@ impl Live {
     /// read, as an operator would before the service starts.
     pub async fn create_streams(&self, app: &impl App) {
         for spec in streams_of(&app.registrations()) {
-            self.js
-                .create_stream(stream::Config {
-                    name: spec.name,
-                    subjects: spec.subjects,
-                    ..Default::default()
-                })
-                .await
-                .expect("the stream is created");
+            client::create_stream(&self.js, &spec.name, spec.subjects).await;
         }
     }
 
     /// Starts `app`, unchanged, on this server, recording every delivery its handlers take.
     pub async fn start(&mut self, app: impl App) {
-        let connection = async_nats::connect(self.server.url())
-            .await
-            .expect("the app's connection");
+        let connection = client::connect(&self.server).await;
         let observer: Arc<dyn Observer> = Arc::clone(&self.recorder) as Arc<dyn Observer>;
         let env = Env::new()
             .with(TransportOverride(Arc::new(NatsTransport::new(
@@ -142,34 +119,18 @@ impl Live {
     /// Publishes `value` as JSON to stream subject `subject`; returns its stream sequence.
     pub async fn publish_stored<T: Serialize>(&self, subject: &str, value: &T) -> u64 {
         let payload = serde_json::to_vec(value).expect("encode");
-        self.js
-            .publish(subject.to_owned(), payload.into())
-            .await
-            .expect("the publish is sent")
-            .await
-            .expect("the stream stored the message")
-            .sequence
+        client::publish_stored(&self.js, subject, payload).await
     }
 
     /// Publishes `value` as JSON to Core subject `subject`.
     pub async fn publish<T: Serialize>(&self, subject: &str, value: &T) {
         let payload = serde_json::to_vec(value).expect("encode");
-        self.client
-            .publish(subject.to_owned(), payload.into())
-            .await
-            .expect("the publish is sent");
-        self.client.flush().await.expect("flush");
+        client::publish_core(&self.client, subject, &[], payload).await;
     }
 
     /// Every message the server carried on a subject `pattern` matches, in order.
     pub fn messages(&self, pattern: &str) -> Vec<async_nats::Message> {
-        self.wire
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter(|m| matches(pattern, m.subject.as_str()))
-            .cloned()
-            .collect()
+        self.wire.matching(pattern)
     }
 
     /// Every message on `pattern` that decodes as `T`.
@@ -183,21 +144,12 @@ impl Live {
     /// The acknowledgements sent for `consumer` of `stream`, as their wire forms (`+ACK`,
     /// `-NAK`, `-NAK {"delay": ..}`, `+TERM`), in order.
     pub fn acks(&self, stream: &str, consumer: &str) -> Vec<String> {
-        self.messages(&format!("$JS.ACK.{stream}.{consumer}.>"))
-            .iter()
-            .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
-            .collect()
+        self.wire.acks(stream, consumer)
     }
 
     /// The consumer's info, as the server reports it.
     pub async fn consumer(&self, stream: &str, name: &str) -> consumer::Info {
-        self.js
-            .get_stream(stream)
-            .await
-            .expect("the stream exists")
-            .consumer_info(name)
-            .await
-            .expect("the consumer exists")
+        client::consumer_info(&self.js, stream, name).await
     }
 
     /// Polls the consumer until `check` holds, and returns its info; fails after [`PATIENCE`].
@@ -208,36 +160,12 @@ impl Live {
         what: &str,
         check: impl Fn(&consumer::Info) -> bool,
     ) -> consumer::Info {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let info = self.consumer(stream, name).await;
-            if check(&info) {
-                return info;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for consumer {stream}/{name}: {what}; last info: {info:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        client::consumer_until(&self.js, stream, name, what, check).await
     }
 
     /// Every message `stream` stores, in sequence order.
     pub async fn stream_messages(&self, name: &str) -> Vec<jetstream::message::StreamMessage> {
-        let mut stream = self.js.get_stream(name).await.expect("the stream exists");
-        let state = stream
-            .info()
-            .await
-            .expect("the stream's info")
-            .state
-            .clone();
-        let mut out = Vec::new();
-        for seq in state.first_sequence.max(1)..=state.last_sequence {
-            if let Ok(message) = stream.get_raw_message(seq).await {
-                out.push(message);
-            }
-        }
-        out
+        client::stream_messages(&self.js, name).await
     }
 
     /// Waits until `check` holds; fails after [`PATIENCE`].
@@ -247,38 +175,11 @@ impl Live {
 
     /// Waits until `check` holds; fails after `within`.
     pub async fn until_within(&self, within: Duration, what: &str, check: impl Fn(&Self) -> bool) {
-        let deadline = Instant::now() + within;
-        while !check(self) {
-            assert!(
-                Instant::now() < deadline,
-                "timed out after {within:?} waiting for: {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        client::wait_until(within, what, || check(self)).await;
     }
 
     /// Lets the app run for [`QUIET`]: only to show that something does NOT happen.
     pub async fn quiet(&self) {
         tokio::time::sleep(QUIET).await;
     }
-}
-
-/// NATS subject matching: `*` one token, `>` the rest.
-pub fn matches(pattern: &str, subject: &str) -> bool {
-    let mut p = pattern.split('.');
-    let mut s = subject.split('.');
-    loop {
-        match (p.next(), s.next()) {
-            (Some(">"), Some(_)) => return true,
-            (Some("*"), Some(_)) => {}
-            (Some(a), Some(b)) if a == b => {}
-            (None, None) => return true,
-            _ => return false,
-        }
-    }
-}
-
-/// The wire form of `-NAK` with `delay`.
-pub fn nak_with(delay: Duration) -> String {
-    format!("-NAK {{\"delay\": {}}}", delay.as_nanos())
 }

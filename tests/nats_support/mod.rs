@@ -1,21 +1,28 @@
-//! What the `nats_*` tests share: a real server, a client to ask it what it saw, and a handler
-//! whose answers the test scripts.
+//! What the `nats_*` tests share: a real server, a client to ask it what it saw (the questions
+//! are `ruststream_test_server::client`'s), an app started on that server, and a handler whose
+//! answers the test scripts.
 
-#![allow(dead_code)]
+// Each test crate uses a part of it.
+#![allow(dead_code, unused_imports)]
 
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, consumer, stream};
+use async_nats::jetstream::{self, consumer};
 use ruststream::{Context, Handle, HandlerOutcome, Headers, NonZeroDuration};
-use ruststream_nats::StreamSequence;
+use ruststream_nats::{JetStreamSubject, StreamSequence};
+use ruststream_test_server::client;
 use serde::Deserialize;
 
 pub use ruststream_test_server::NatsServer;
+pub use ruststream_test_server::client::{
+    PATIENCE, Recorder, connect_jetstream, consumer_info, consumer_until, create_stream,
+    eventually, publish_core, publish_stored, publish_stored_with,
+};
 
-/// How long any wait in these tests may take before it fails.
-pub const PATIENCE: Duration = Duration::from_secs(10);
+/// The stream the JetStream tests read, storing `orders.>`.
+pub const STREAM: &str = "ORDERS";
 
 /// Installs logging when `RUST_LOG` asks for it (`RUST_LOG=ruststream_nats=debug` to see the
 /// runtime).
@@ -25,82 +32,40 @@ pub fn logs() {
     }
 }
 
-/// A client for the test's own questions to the server.
-pub async fn client(server: &NatsServer) -> async_nats::Client {
-    async_nats::connect(server.url())
-        .await
-        .expect("the test client connects")
+/// A new server, and a client for the test's own questions to it.
+pub async fn live_server() -> (NatsServer, async_nats::Client) {
+    logs();
+    let server = NatsServer::start();
+    let client = client::connect(&server).await;
+    (server, client)
 }
 
-pub fn js(client: &async_nats::Client) -> jetstream::Context {
-    jetstream::new(client.clone())
+/// A new server whose [`STREAM`] stores `orders.>`, a client, and JetStream over it.
+pub async fn jetstream_server() -> (NatsServer, async_nats::Client, jetstream::Context) {
+    logs();
+    let server = NatsServer::start();
+    let (client, js) = client::connect_jetstream(&server).await;
+    create_stream(&js, STREAM, ["orders.>"]).await;
+    (server, client, js)
 }
 
-/// Creates a stream storing `subjects`.
-pub async fn create_stream(js: &jetstream::Context, name: &str, subjects: &[&str]) {
-    js.create_stream(stream::Config {
-        name: name.to_owned(),
-        subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
-        ..Default::default()
+/// `orders.created` from [`STREAM`], through the durable consumer `durable`.
+pub fn created(durable: &str) -> JetStreamSubject {
+    JetStreamSubject::new("orders.created", STREAM).durable(durable)
+}
+
+/// Waits until consumer `durable` of [`STREAM`] settled everything up to stream sequence `seq`
+/// (nothing pending acknowledgement, the ack floor at `seq`), and returns its info.
+pub async fn until_settled(
+    js: &jetstream::Context,
+    durable: &str,
+    seq: u64,
+    what: &str,
+) -> consumer::Info {
+    consumer_until(js, STREAM, durable, what, |i| {
+        i.num_ack_pending == 0 && i.ack_floor.stream_sequence == seq
     })
     .await
-    .expect("the stream is created");
-}
-
-/// Publishes `payload` to a stream and returns its stream sequence.
-pub async fn publish_stored(js: &jetstream::Context, subject: &str, payload: &str) -> u64 {
-    js.publish(subject.to_owned(), payload.to_owned().into())
-        .await
-        .expect("the publish is sent")
-        .await
-        .expect("the stream stored the message")
-        .sequence
-}
-
-/// The consumer's info, as the server reports it.
-pub async fn consumer_info(js: &jetstream::Context, stream: &str, name: &str) -> consumer::Info {
-    let stream = js.get_stream(stream).await.expect("the stream exists");
-    stream
-        .consumer_info(name)
-        .await
-        .expect("the consumer exists")
-}
-
-/// Polls `check` until it returns `Some`, failing after [`PATIENCE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Polls the consumer until `check` holds, and returns its info.
-pub async fn consumer_until(
-    js: &jetstream::Context,
-    stream: &str,
-    name: &str,
-    what: &str,
-    check: impl Fn(&consumer::Info) -> bool,
-) -> consumer::Info {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let info = consumer_info(js, stream, name).await;
-        if check(&info) {
-            return info;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out waiting for the consumer: {what}; last info: {info:#?}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 pub fn millis(ms: u64) -> NonZeroDuration {
@@ -158,6 +123,21 @@ impl Scripted {
         Self::new(move |_| Some(outcome.clone()))
     }
 
+    /// Answers `outcome` to a message's first delivery (JetStream: the server's delivered count
+    /// is 1; Core: the first attempt), and acknowledges the deliveries after it.
+    pub fn first_then_ack(outcome: HandlerOutcome) -> Self {
+        Self::new(move |seen| {
+            let first = seen
+                .delivered
+                .map_or(seen.attempt == 1, |delivered| delivered == 1);
+            Some(if first {
+                outcome.clone()
+            } else {
+                HandlerOutcome::ack()
+            })
+        })
+    }
+
     /// Takes `delay` before answering.
     pub fn slow(self, delay: Duration) -> Self {
         self.slow_when(move |_| delay)
@@ -175,7 +155,7 @@ impl Scripted {
 
     /// Waits until the handler saw `n` deliveries, and returns them.
     pub async fn until_seen(&self, n: usize) -> Vec<Seen> {
-        eventually(&format!("{n} deliveries"), || async {
+        eventually(PATIENCE, &format!("{n} deliveries"), || async {
             let seen = self.seen();
             (seen.len() >= n).then_some(seen)
         })
@@ -220,7 +200,7 @@ pub async fn start(
     start_with(broker, ruststream::Env::new(), mount).await
 }
 
-/// The same, in `env`.
+/// The same as [`start`], in `env`.
 pub async fn start_with(
     broker: ruststream_nats::NatsBroker,
     env: ruststream::Env,
@@ -233,90 +213,14 @@ pub async fn start_with(
         .await
 }
 
-/// Every message the server sends to a subject, as the test's own subscriber saw it.
-#[derive(Clone)]
-pub struct Wire {
-    messages: Arc<Mutex<Vec<async_nats::Message>>>,
-}
-
-impl Wire {
-    /// Subscribes to `subject` (registered on the server when this returns).
-    pub async fn listen(client: &async_nats::Client, subject: &str) -> Self {
-        use futures::StreamExt as _;
-        let mut subscriber = client
-            .subscribe(subject.to_owned())
-            .await
-            .expect("the test subscribes");
-        round_trip(client).await;
-        let messages: Arc<Mutex<Vec<async_nats::Message>>> = Arc::default();
-        let sink = Arc::clone(&messages);
-        tokio::spawn(async move {
-            while let Some(message) = subscriber.next().await {
-                sink.lock().expect("not poisoned").push(message);
-            }
-        });
-        Self { messages }
-    }
-
-    pub fn messages(&self) -> Vec<async_nats::Message> {
-        self.messages.lock().expect("not poisoned").clone()
-    }
-
-    /// Waits until `n` messages arrived, and returns them.
-    pub async fn until(&self, n: usize) -> Vec<async_nats::Message> {
-        eventually(&format!("{n} messages on the wire"), || async {
-            let messages = self.messages();
-            (messages.len() >= n).then_some(messages)
-        })
+/// Starts an app on `server` with the registrations `mount` makes.
+pub async fn start_on(
+    server: &NatsServer,
+    mount: impl FnOnce(&mut ruststream::Scope<()>),
+) -> ruststream::RunningApp {
+    start(ruststream_nats::NatsBroker::new(server.url()), mount)
         .await
-    }
-}
-
-/// Waits until the server processed what `client` sent so far (a flush only says the bytes
-/// left): a request nobody answers comes back once the server read everything before it.
-pub async fn round_trip(client: &async_nats::Client) {
-    let subject = format!("{}.ping", client.new_inbox());
-    match client.request(subject, "".into()).await {
-        Err(err) if err.kind() == async_nats::RequestErrorKind::NoResponders => {}
-        other => panic!("expected no responders, got {other:?}"),
-    }
-}
-
-/// Publishes a Core message with headers.
-pub async fn publish_core(
-    client: &async_nats::Client,
-    subject: &str,
-    headers: &[(&str, &str)],
-    payload: &str,
-) {
-    let mut map = async_nats::HeaderMap::new();
-    for (name, value) in headers {
-        map.append(*name, *value);
-    }
-    client
-        .publish_with_headers(subject.to_owned(), map, payload.to_owned().into())
-        .await
-        .expect("the publish is sent");
-    client.flush().await.expect("flush");
-}
-
-/// Publishes to a stream with headers and returns the stream sequence.
-pub async fn publish_stored_with(
-    js: &jetstream::Context,
-    subject: &str,
-    headers: &[(&str, &str)],
-    payload: &str,
-) -> u64 {
-    let mut map = async_nats::HeaderMap::new();
-    for (name, value) in headers {
-        map.append(*name, *value);
-    }
-    js.publish_with_headers(subject.to_owned(), map, payload.to_owned().into())
-        .await
-        .expect("the publish is sent")
-        .await
-        .expect("the stream stored the message")
-        .sequence
+        .expect("the app starts")
 }
 
 /// Lets the runtime run for `d`: only to show that something does NOT happen.

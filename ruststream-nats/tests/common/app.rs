@@ -4,11 +4,10 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt;
 use ruststream::{App, Env, HandlerOutcome, Headers, RunningApp};
 use ruststream_nats::testing::{ConsumerFacts, Recorder, StoredMessage, TestApp, streams_of};
 use ruststream_nats::transport::RawMessage;
-use ruststream_test_server::NatsServer;
+use ruststream_test_server::{NatsServer, client};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -28,7 +27,7 @@ pub struct Live {
     recorder: Arc<Recorder>,
     client: async_nats::Client,
     jetstream: async_nats::jetstream::Context,
-    seen: Arc<Mutex<Vec<RawMessage>>>,
+    wire: client::Recorder,
     // Last: killed after the app stopped.
     _server: NatsServer,
 }
@@ -47,10 +46,7 @@ impl AppWire {
     /// acknowledgement recorded from before the app starts.
     pub async fn live<A: App>(make: impl FnOnce(&str) -> A) -> Self {
         let server = NatsServer::start();
-        let client = async_nats::connect(server.url())
-            .await
-            .expect("connect to the test nats-server");
-        let jetstream = async_nats::jetstream::new(client.clone());
+        let (client, jetstream) = client::connect_jetstream(&server).await;
         let app = make(&server.url());
         // Everything but the JetStream API: a subscriber there would answer for missing
         // responders and slow the client's API calls down to their timeouts.
@@ -74,37 +70,10 @@ impl AppWire {
                 }
             }
         }
-        let mut subscriptions = Vec::new();
-        for subject in subjects {
-            subscriptions.push(client.subscribe(subject).await.expect("subscribe"));
-        }
-        client.flush().await.expect("flush");
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&seen);
-        let mut everything = futures::stream::select_all(subscriptions);
-        tokio::spawn(async move {
-            while let Some(m) = everything.next().await {
-                let message = RawMessage {
-                    subject: Arc::from(m.subject.as_str()),
-                    reply: m.reply.map(|r| Arc::from(r.as_str())),
-                    headers: m.headers.as_ref().map(headers_of).unwrap_or_default(),
-                    payload: m.payload,
-                };
-                sink.lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push(message);
-            }
-        });
+        let wire = client::Recorder::start(&client, subjects).await;
 
         for spec in streams_of(&app.registrations()) {
-            jetstream
-                .create_stream(async_nats::jetstream::stream::Config {
-                    name: spec.name,
-                    subjects: spec.subjects,
-                    ..Default::default()
-                })
-                .await
-                .expect("create the stream");
+            client::create_stream(&jetstream, &spec.name, spec.subjects).await;
         }
         let recorder = Arc::new(Recorder::new());
         let observer: Arc<dyn ruststream::Observer> = Arc::clone(&recorder) as _;
@@ -117,7 +86,7 @@ impl AppWire {
             recorder,
             client,
             jetstream,
-            seen,
+            wire,
             _server: server,
         }))
     }
@@ -140,15 +109,8 @@ impl AppWire {
                 .await
                 .expect("publish"),
             Self::Live(live) => {
-                let mut map = async_nats::HeaderMap::new();
-                for (name, value) in headers.iter() {
-                    map.append(name, value);
-                }
-                live.client
-                    .publish_with_headers(subject.to_owned(), map, payload.into())
-                    .await
-                    .expect("publish");
-                live.client.flush().await.expect("flush");
+                let headers: Vec<(&str, &str)> = headers.iter().collect();
+                client::publish_core(&live.client, subject, &headers, payload).await;
             }
         }
     }
@@ -225,12 +187,10 @@ impl AppWire {
         match self {
             Self::InProcess(t) => t.nats().published(pattern),
             Self::Live(live) => live
-                .seen
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .filter(|m| matches(pattern, &m.subject))
-                .cloned()
+                .wire
+                .matching(pattern)
+                .into_iter()
+                .map(raw_message)
                 .collect(),
         }
     }
@@ -245,10 +205,10 @@ impl AppWire {
 
     /// The acknowledgements sent for `consumer` of `stream`, as their wire forms.
     pub fn acks(&self, stream: &str, consumer: &str) -> Vec<String> {
-        self.messages(&format!("$JS.ACK.{stream}.{consumer}.>"))
-            .iter()
-            .map(|m| String::from_utf8_lossy(&m.payload).into_owned())
-            .collect()
+        match self {
+            Self::InProcess(t) => t.nats().acknowledgements(stream, consumer),
+            Self::Live(live) => live.wire.acks(stream, consumer),
+        }
     }
 
     pub async fn consumer_info(&self, stream: &str, consumer: &str) -> ConsumerFacts {
@@ -258,9 +218,7 @@ impl AppWire {
                 .consumer_info(stream, consumer)
                 .expect("the consumer exists"),
             Self::Live(live) => {
-                let stream = live.jetstream.get_stream(stream).await.expect("the stream");
-                let info = stream.consumer_info(consumer).await.expect("the consumer");
-                ConsumerFacts::from(&info)
+                ConsumerFacts::from(&client::consumer_info(&live.jetstream, stream, consumer).await)
             }
         }
     }
@@ -268,17 +226,11 @@ impl AppWire {
     pub async fn stream_messages(&self, name: &str) -> Vec<StoredMessage> {
         match self {
             Self::InProcess(t) => t.nats().stream_messages(name),
-            Self::Live(live) => {
-                let mut stream = live.jetstream.get_stream(name).await.expect("the stream");
-                let state = stream.info().await.expect("stream info").state.clone();
-                let mut out = Vec::new();
-                for seq in state.first_sequence.max(1)..=state.last_sequence {
-                    if let Ok(m) = stream.get_raw_message(seq).await {
-                        out.push(StoredMessage::from(m));
-                    }
-                }
-                out
-            }
+            Self::Live(live) => client::stream_messages(&live.jetstream, name)
+                .await
+                .into_iter()
+                .map(StoredMessage::from)
+                .collect(),
         }
     }
 
@@ -300,6 +252,16 @@ impl AppWire {
     }
 }
 
+/// A message the live server carried, as the in-process one records it.
+fn raw_message(m: async_nats::Message) -> RawMessage {
+    RawMessage {
+        subject: Arc::from(m.subject.as_str()),
+        reply: m.reply.map(|r| Arc::from(r.as_str())),
+        headers: m.headers.as_ref().map(headers_of).unwrap_or_default(),
+        payload: m.payload,
+    }
+}
+
 fn headers_of(map: &async_nats::HeaderMap) -> Headers {
     let mut entries: Vec<(String, String)> = map
         .iter()
@@ -311,19 +273,4 @@ fn headers_of(map: &async_nats::HeaderMap) -> Headers {
         .collect();
     entries.sort();
     entries.into_iter().collect()
-}
-
-/// NATS subject matching: `*` one token, `>` the rest.
-pub fn matches(pattern: &str, subject: &str) -> bool {
-    let mut p = pattern.split('.');
-    let mut s = subject.split('.');
-    loop {
-        match (p.next(), s.next()) {
-            (Some(">"), Some(_)) => return true,
-            (Some("*"), Some(_)) => {}
-            (Some(a), Some(b)) if a == b => {}
-            (None, None) => return true,
-            _ => return false,
-        }
-    }
 }

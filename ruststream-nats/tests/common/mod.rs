@@ -21,7 +21,7 @@ use ruststream_nats::transport::nats::NatsTransport;
 use ruststream_nats::transport::{
     ConsumerSpec, MessageStream, RawMessage, StreamSpec, Transport, Unsubscribe,
 };
-use ruststream_test_server::NatsServer;
+use ruststream_test_server::{NatsServer, client};
 
 /// How long a live server waits for a settlement in these scenarios.
 pub const ACK_WAIT: Duration = Duration::from_secs(1);
@@ -62,10 +62,7 @@ impl Server {
     /// A real nats-server with JetStream, on a random port.
     pub async fn live() -> Self {
         let server = NatsServer::start();
-        let client = async_nats::connect(server.url())
-            .await
-            .expect("connect to the test nats-server");
-        let jetstream = async_nats::jetstream::new(client.clone());
+        let (client, jetstream) = client::connect_jetstream(&server).await;
         Self {
             transport: Arc::new(NatsTransport::new(client)),
             backend: Backend::Live(Box::new(LiveBackend {
@@ -166,12 +163,7 @@ impl Server {
                 .consumer_info(stream, consumer)
                 .expect("the consumer exists"),
             Backend::Live(live) => {
-                let stream = live.jetstream.get_stream(stream).await.expect("the stream");
-                let info = stream
-                    .consumer_info(consumer)
-                    .await
-                    .expect("the consumer exists");
-                ConsumerFacts::from(&info)
+                ConsumerFacts::from(&client::consumer_info(&live.jetstream, stream, consumer).await)
             }
         }
     }
@@ -180,20 +172,11 @@ impl Server {
     pub async fn stream_messages(&self, name: &str) -> Vec<StoredMessage> {
         match &self.backend {
             Backend::InProcess(nats) => nats.stream_messages(name),
-            Backend::Live(live) => {
-                let mut stream = live.jetstream.get_stream(name).await.expect("the stream");
-                let state = stream.info().await.expect("stream info").state.clone();
-                let mut out = Vec::new();
-                for seq in state.first_sequence..=state.last_sequence {
-                    if seq == 0 {
-                        continue;
-                    }
-                    if let Ok(m) = stream.get_raw_message(seq).await {
-                        out.push(StoredMessage::from(m));
-                    }
-                }
-                out
-            }
+            Backend::Live(live) => client::stream_messages(&live.jetstream, name)
+                .await
+                .into_iter()
+                .map(StoredMessage::from)
+                .collect(),
         }
     }
 
@@ -286,7 +269,8 @@ impl Recording {
     /// Waits until it got `n` messages (or the patience runs out), then a moment more for any
     /// extra; returns the payloads.
     pub async fn wait_for(&self, n: usize) -> Vec<String> {
-        wait_until(|| self.messages().len() >= n).await;
+        let what = format!("{n} messages recorded");
+        client::wait_until(PATIENCE, &what, || self.messages().len() >= n).await;
         tokio::time::sleep(QUIET).await;
         self.payloads()
     }
@@ -294,18 +278,6 @@ impl Recording {
     /// Stops recording.
     pub async fn stop(&self) {
         self.stop.stop().await;
-    }
-}
-
-/// Polls `condition` every 10 ms until it holds; panics after [`PATIENCE`].
-pub async fn wait_until(mut condition: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !condition() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the condition did not hold within {PATIENCE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

