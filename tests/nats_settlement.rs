@@ -210,6 +210,56 @@ async fn core_outcomes_bring_nothing_back() {
 }
 
 #[tokio::test]
+async fn a_queue_group_hands_each_core_message_to_one_member() {
+    let (server, client) = live_server().await;
+    let first = Scripted::always(HandlerOutcome::ack());
+    let second = Scripted::always(HandlerOutcome::ack());
+    let running_first = start_on(&server, |b| {
+        b.include(
+            CoreSubject::new("notices.sent")
+                .queue_group("mailers")
+                .handler(first.clone()),
+        );
+    })
+    .await;
+    let running_second = start_on(&server, |b| {
+        b.include(
+            CoreSubject::new("notices.sent")
+                .queue_group("mailers")
+                .handler(second.clone()),
+        );
+    })
+    .await;
+
+    for id in 1..=40 {
+        publish_core(&client, "notices.sent", &[], &order(id)).await;
+    }
+    eventually(PATIENCE, "all 40 notices handled", || async {
+        (first.seen().len() + second.seen().len() == 40).then_some(())
+    })
+    .await;
+    quiet_for(Duration::from_millis(300)).await;
+    let mut ids: Vec<u64> = first
+        .seen()
+        .iter()
+        .chain(second.seen().iter())
+        .map(|s| s.id)
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (1..=40).collect::<Vec<_>>(),
+        "each notice exactly once"
+    );
+    assert!(
+        !first.seen().is_empty() && !second.seen().is_empty(),
+        "the server spreads a queue group's messages over its members"
+    );
+    running_first.stop().await.expect("a clean stop");
+    running_second.stop().await.expect("a clean stop");
+}
+
+#[tokio::test]
 async fn core_retry_after_publishes_a_copy_after_the_delay() {
     let (server, client) = live_server().await;
     let wire = Recorder::start(&client, ["notices.sent"]).await;
