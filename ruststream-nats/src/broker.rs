@@ -346,9 +346,10 @@ async fn open(transport: &dyn Transport, endpoint: &Endpoint) -> Result<Subscrip
 /// The consumer a JetStream endpoint reads through: from its `JetStreamSubject`, or from the
 /// descriptor's facts with the defaults.
 ///
-/// A batch handler pulls its batch size. A handler of single messages pulls no more than it
-/// handles at once (`concurrency`): a message waiting in the client's buffer would use up its
-/// `ack_wait`, and an attempt, without being handled.
+/// `batch` is a batch handler's batch size; for a handler of single messages, no more than it
+/// handles at once (`concurrency`). The async-nats transport starts its lookahead there and
+/// sizes it to the handlers' measured pace (`transport/pull.rs`); the in-process NATS holds
+/// that many in the client.
 fn consumer_spec(endpoint: &Endpoint) -> ConsumerSpec {
     let mut spec = descriptor_consumer_spec(endpoint);
     if !endpoint.is_batch() {

@@ -14,6 +14,16 @@ use ruststream::{AckError, Delivery, Headers};
 use crate::copies::Copies;
 use crate::transport::{Transport, TransportError, TransportErrorKind};
 
+/// The wire form of `kind`; the common ones without an allocation.
+fn ack_payload(kind: AckKind) -> Bytes {
+    match kind {
+        AckKind::Ack => Bytes::from_static(b"+ACK"),
+        AckKind::Nak => Bytes::from_static(b"-NAK"),
+        AckKind::Term => Bytes::from_static(b"+TERM"),
+        other => Bytes::from(other.to_string()),
+    }
+}
+
 /// A delivery with what its settlement needs besides the delivery itself.
 #[derive(Debug)]
 pub(crate) struct Incoming {
@@ -155,11 +165,7 @@ impl Executor {
             ));
         };
         self.transport
-            .publish(
-                Arc::clone(ack_subject),
-                Headers::new(),
-                Bytes::from(kind.to_string()),
-            )
+            .publish(Arc::clone(ack_subject), Headers::new(), ack_payload(kind))
             .await
             .map_err(|err| AckError::Failed(Box::new(err)))?;
         tracing::trace!(registration = %self.registration, ack = %kind, "settled");

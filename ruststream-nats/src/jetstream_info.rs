@@ -44,12 +44,30 @@ pub struct JetStreamInfo {
 impl JetStreamInfo {
     /// Reads an acknowledgement subject; `None` when it is not one.
     pub fn parse(subject: &str) -> Option<Self> {
-        let tokens: Vec<&str> = subject.split('.').collect();
-        let (domain, rest) = match tokens.as_slice() {
-            ["$JS", "ACK", rest @ ..] if rest.len() == 7 => (None, rest),
-            ["$JS", "ACK", domain, _hash, rest @ ..] if rest.len() >= 7 => {
-                let domain = (*domain != "_" && !domain.is_empty()).then(|| (*domain).to_owned());
-                (domain, &rest[..7])
+        // The first 11 tokens, and how many there are (read once per delivery: no allocation,
+        // one pass over the bytes).
+        let mut tokens = [""; 11];
+        let mut count = 0;
+        let mut start = 0;
+        for (i, byte) in subject.bytes().enumerate() {
+            if byte == b'.' {
+                if let Some(slot) = tokens.get_mut(count) {
+                    *slot = subject.get(start..i).unwrap_or_default();
+                }
+                count += 1;
+                start = i + 1;
+            }
+        }
+        if let Some(slot) = tokens.get_mut(count) {
+            *slot = subject.get(start..).unwrap_or_default();
+        }
+        count += 1;
+        let (domain, rest) = match (tokens[0], tokens[1], count) {
+            ("$JS", "ACK", 9) => (None, &tokens[2..9]),
+            ("$JS", "ACK", count) if count >= 11 => {
+                let domain = tokens[2];
+                let domain = (domain != "_" && !domain.is_empty()).then(|| domain.to_owned());
+                (domain, &tokens[4..11])
             }
             _ => return None,
         };

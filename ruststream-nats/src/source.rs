@@ -4,14 +4,19 @@
 //!
 //! A source takes a message only once a handler slot is free (`policy.concurrency` of them), so
 //! the transport's flow control sees the service's real pace. A batch handler gets up to its
-//! batch size of messages that are ready at once.
+//! batch size of messages that are ready at once. At concurrency 1 the handler runs in the
+//! source's own task (a task and a permit per message cost as much as the rest of the delivery
+//! path); above it, each unit is a task, so handlers run in parallel.
 //!
 //! On stop the source takes no new message, asks the transport to stop, and handles what the
 //! transport still hands over: a JetStream delivery pulled but not started is released with
 //! `-NAK` (delivered again at once, to whichever instance pulls); a Core message, the only copy
 //! there is, is handled. Then it waits for its handlers in flight until the drain deadline.
 
+use std::future::Future;
 use std::num::NonZeroU32;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -66,28 +71,64 @@ impl Source {
         let permits = Arc::new(Semaphore::new(self.endpoint.policy().concurrency.get()));
         let mut tasks = JoinSet::new();
         let mut ended = false;
-        let mut stop = self.stop.clone();
+        // Set up once for the whole run, not once per message.
+        let stopped = stopping(self.stop.clone());
+        tokio::pin!(stopped);
+        // One handler at a time: it runs in this task, without a task or a permit per message.
+        let inline = self.endpoint.policy().concurrency.get() == 1;
         let deadline = loop {
-            while let Some(result) = tasks.try_join_next() {
-                joined(self.endpoint.name(), result);
-            }
-            let permit = tokio::select! {
-                biased;
-                deadline = stopping(&mut stop) => break deadline,
-                permit = Arc::clone(&permits).acquire_owned() => permit,
-            };
-            let Ok(permit) = permit else {
-                break stopping(&mut stop).await;
+            let permit = if inline {
+                None
+            } else {
+                while let Some(result) = tasks.try_join_next() {
+                    joined(self.endpoint.name(), result);
+                }
+                let permit = tokio::select! {
+                    biased;
+                    deadline = &mut stopped => break deadline,
+                    permit = Arc::clone(&permits).acquire_owned() => permit,
+                };
+                let Ok(permit) = permit else {
+                    break (&mut stopped).await;
+                };
+                Some(permit)
             };
             let first = tokio::select! {
                 biased;
-                deadline = stopping(&mut stop) => break deadline,
+                deadline = &mut stopped => break deadline,
                 first = self.first() => first,
             };
             if let Some(first) = first {
                 // Not cancelled: a message taken is always handled.
                 let unit = self.gather(first).await;
-                self.spawn(&mut tasks, unit, permit);
+                if let Some(permit) = permit {
+                    self.spawn(&mut tasks, unit, permit);
+                    continue;
+                }
+                let mut handling = Box::pin(AssertUnwindSafe(self.handle(unit)).catch_unwind());
+                tokio::select! {
+                    biased;
+                    done = &mut handling => {
+                        if let Err(panic) = done {
+                            tracing::error!(
+                                registration = self.endpoint.name(),
+                                panic = panic_message(&*panic),
+                                "settling a delivery panicked"
+                            );
+                        }
+                    }
+                    deadline = &mut stopped => {
+                        // Stopping: the handler finishes alongside the drain, as a task.
+                        let permit = Arc::clone(&permits).try_acquire_owned().ok();
+                        tasks.spawn(async move {
+                            let _permit = permit;
+                            if let Err(panic) = handling.await {
+                                std::panic::resume_unwind(panic);
+                            }
+                        });
+                        break deadline;
+                    }
+                }
             } else {
                 drop(permit);
                 tracing::warn!(
@@ -95,7 +136,7 @@ impl Source {
                     subject = %self.endpoint.info().descriptor.subject,
                     "the subscription ended (the consumer was deleted, or the connection closed); opening it again"
                 );
-                if let Some(deadline) = self.reopen_until_stopped(&mut stop).await {
+                if let Some(deadline) = self.reopen_until_stopped(stopped.as_mut()).await {
                     ended = true;
                     break deadline;
                 }
@@ -137,17 +178,20 @@ impl Source {
 
     /// Opens the subscription again, with a growing pause between tries, until it opens (`None`)
     /// or the broker stops (its drain deadline).
-    async fn reopen_until_stopped(&mut self, stop: &mut StopSignal) -> Option<Instant> {
+    async fn reopen_until_stopped(
+        &mut self,
+        mut stopped: Pin<&mut impl Future<Output = Instant>>,
+    ) -> Option<Instant> {
         let mut pause = REOPEN_PAUSE;
         loop {
             tokio::select! {
                 biased;
-                deadline = stopping(stop) => return Some(deadline),
+                deadline = stopped.as_mut() => return Some(deadline),
                 () = tokio::time::sleep(pause) => {}
             }
             let reopened = tokio::select! {
                 biased;
-                deadline = stopping(stop) => return Some(deadline),
+                deadline = stopped.as_mut() => return Some(deadline),
                 reopened = (self.reopen)() => reopened,
             };
             match reopened {
@@ -199,7 +243,7 @@ impl Source {
                         tokio::time::timeout_at(deadline, Arc::clone(permits).acquire_owned())
                             .await;
                     match permit {
-                        Ok(Ok(permit)) => self.spawn(tasks, vec![incoming], permit),
+                        Ok(Ok(permit)) => self.spawn(tasks, Unit::One(incoming), permit),
                         _ => {
                             tracing::warn!(
                                 registration = self.endpoint.name(),
@@ -228,12 +272,14 @@ impl Source {
     }
 
     /// `first`, and for a batch handler the messages ready with it, up to `batch`.
-    async fn gather(&mut self, first: RawMessage) -> Vec<Incoming> {
-        let mut unit = vec![self.incoming(first)];
-        if self.batch > 1 {
-            // The rest of a pull arrives together; let it reach the channel.
-            tokio::task::yield_now().await;
+    async fn gather(&mut self, first: RawMessage) -> Unit {
+        if self.batch <= 1 {
+            return Unit::One(self.incoming(first));
         }
+        let mut unit = Vec::with_capacity(self.batch);
+        unit.push(self.incoming(first));
+        // The rest of a pull arrives together; let it reach the client.
+        tokio::task::yield_now().await;
         while unit.len() < self.batch {
             match self.messages.next().now_or_never() {
                 Some(Some(Ok(raw))) => unit.push(self.incoming(raw)),
@@ -241,7 +287,7 @@ impl Source {
                 Some(None) | None => break,
             }
         }
-        unit
+        Unit::Batch(unit)
     }
 
     fn transport_error(&self, err: &TransportError) {
@@ -254,12 +300,21 @@ impl Source {
     }
 
     /// Runs the handler on `unit` and executes the decisions, holding `permit` throughout.
-    fn spawn(&self, tasks: &mut JoinSet<()>, unit: Vec<Incoming>, permit: OwnedSemaphorePermit) {
+    fn spawn(&self, tasks: &mut JoinSet<()>, unit: Unit, permit: OwnedSemaphorePermit) {
+        let handling = self.handle(unit);
+        tasks.spawn(async move {
+            let _permit = permit;
+            handling.await;
+        });
+    }
+
+    /// Runs the handler on `unit` and executes the decisions.
+    fn handle(&self, unit: Unit) -> impl Future<Output = ()> + Send + 'static {
         let endpoint = self.endpoint.clone();
         let executor = Arc::clone(&self.executor);
         let publisher = Arc::clone(&self.publisher);
-        tasks.spawn(async move {
-            let _permit = permit;
+        async move {
+            let unit = unit.as_slice();
             if endpoint.is_batch() {
                 let deliveries: Vec<&Delivery> = unit.iter().map(|i| &i.delivery).collect();
                 let decided = endpoint.dispatch_batch(&deliveries, &*publisher).await;
@@ -267,13 +322,13 @@ impl Source {
                     executor.execute(incoming, &handled, &decision).await;
                 }
             } else {
-                for incoming in &unit {
+                for incoming in unit {
                     let (handled, decision) =
                         endpoint.dispatch(&incoming.delivery, &*publisher).await;
                     executor.execute(incoming, &handled, &decision).await;
                 }
             }
-        });
+        }
     }
 
     fn incoming(&self, raw: RawMessage) -> Incoming {
@@ -283,6 +338,29 @@ impl Source {
             self.endpoint.name(),
         )
     }
+}
+
+/// What one handler call takes: a message, or the messages of a batch.
+enum Unit {
+    One(Incoming),
+    Batch(Vec<Incoming>),
+}
+
+impl Unit {
+    fn as_slice(&self) -> &[Incoming] {
+        match self {
+            Self::One(incoming) => std::slice::from_ref(incoming),
+            Self::Batch(unit) => unit,
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic with a non-string payload")
 }
 
 /// Logs a handler task that panicked outside the handler (the handler's own panics are caught
@@ -297,7 +375,7 @@ fn joined(registration: &str, result: Result<(), JoinError>) {
 
 /// Resolves with the drain deadline once the broker is stopping (at once when the broker is
 /// gone).
-async fn stopping(stop: &mut StopSignal) -> Instant {
+async fn stopping(mut stop: StopSignal) -> Instant {
     match stop.wait_for(Option::is_some).await {
         Ok(deadline) => deadline.unwrap_or_else(Instant::now),
         Err(_) => Instant::now(),

@@ -1,7 +1,6 @@
 //! One message as a broker handed it to the runtime, in terms every broker shares.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -92,29 +91,47 @@ impl<N: Into<Arc<str>>, V: Into<Arc<str>>> FromIterator<(N, V)> for Headers {
 /// [`Delivery::extension`] or a broker's own [`Key`](crate::Key).
 #[derive(Default)]
 pub struct Extensions {
-    map: Option<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    // A broker attaches one or two per delivery: the first in place, the rest in a list,
+    // searched in order (cheaper than hashing, and no allocation besides the value's own).
+    first: Option<Extension>,
+    more: Vec<Extension>,
 }
+
+type Extension = (TypeId, Box<dyn Any + Send + Sync>);
 
 impl Extensions {
     /// Stores `value`, replacing one of the same type.
     pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
-        self.map
-            .get_or_insert_with(HashMap::new)
-            .insert(TypeId::of::<T>(), Box::new(value));
+        let id = TypeId::of::<T>();
+        let value: Box<dyn Any + Send + Sync> = Box::new(value);
+        if let Some((_, slot)) = self
+            .first
+            .iter_mut()
+            .chain(self.more.iter_mut())
+            .find(|(t, _)| *t == id)
+        {
+            *slot = value;
+        } else if self.first.is_none() {
+            self.first = Some((id, value));
+        } else {
+            self.more.push((id, value));
+        }
     }
 
     /// The stored value of type `T`.
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.map
-            .as_ref()?
-            .get(&TypeId::of::<T>())
-            .and_then(|v| v.downcast_ref())
+        let id = TypeId::of::<T>();
+        self.first
+            .iter()
+            .chain(self.more.iter())
+            .find(|(t, _)| *t == id)
+            .and_then(|(_, v)| v.downcast_ref())
     }
 }
 
 impl fmt::Debug for Extensions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.map.as_ref().map_or(0, HashMap::len);
+        let n = usize::from(self.first.is_some()) + self.more.len();
         write!(f, "Extensions({n})")
     }
 }

@@ -422,7 +422,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
         Endpoint {
             name: Arc::from(self.name),
             descriptor: self.descriptor,
-            info,
+            info: Arc::new(info),
             handler,
             observer,
         }
@@ -447,7 +447,8 @@ enum BoundHandler {
 pub struct Endpoint {
     name: Arc<str>,
     descriptor: Arc<dyn Descriptor>,
-    info: RegistrationInfo,
+    /// Shared: an endpoint is cloned for every delivery it handles.
+    info: Arc<RegistrationInfo>,
     handler: BoundHandler,
     observer: Option<Arc<dyn crate::app::Observer>>,
 }

@@ -101,7 +101,12 @@ impl JetStreamSubject {
         self
     }
 
-    /// How many messages one pull asks for (64 by default); a batch handler gets up to this many.
+    /// How many messages a batch handler gets at once (64 by default).
+    ///
+    /// How much the client keeps ahead of the handlers adapts to their pace: up to 256 messages
+    /// for fast handlers (a batch handler: its batch size, when more), and never more than they
+    /// get through in a tenth of `ack_wait`, so a waiting message does not use up its time to be
+    /// settled.
     pub fn batch(mut self, size: NonZeroUsize) -> Self {
         self.batch = size;
         self

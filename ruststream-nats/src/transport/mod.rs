@@ -11,6 +11,7 @@
 #[cfg(feature = "testing")]
 pub(crate) mod in_process;
 pub mod nats;
+mod pull;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,7 +98,8 @@ pub struct ConsumerSpec {
     pub max_ack_pending: Option<i64>,
     /// Where a new consumer starts.
     pub deliver_policy: DeliverPolicy,
-    /// Messages per pull.
+    /// A batch handler's batch size, or how many single messages are handled at once: how many
+    /// messages the client holds ahead of the handlers at first.
     pub batch: usize,
     /// How long one pull waits on the server.
     pub expires: Duration,
@@ -169,8 +171,9 @@ pub trait Transport: Send + Sync + 'static {
     fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>>;
 }
 
-/// Stops a subscription or a pull: no new messages after it resolves; messages already
-/// handed over stay valid (they can still be settled).
+/// Stops a subscription or a pull: once it resolves, the stream takes no new messages (the
+/// async-nats transport at its next read), hands over what the client already holds, then
+/// ends. Messages handed over stay valid (they can still be settled).
 pub trait Unsubscribe: Send + Sync {
     /// Stops taking new messages.
     fn stop(&self) -> BoxFuture<'_, ()>;

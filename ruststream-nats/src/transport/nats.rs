@@ -1,10 +1,11 @@
 //! The production transport: one async-nats client, for Core NATS and JetStream.
 //!
-//! A subscription or a pull consumer is read by a small pump task that forwards its messages
-//! through a bounded channel (one message for Core, the pull's batch for JetStream: what the
-//! client asked the server for anyway), so the runtime takes a message only when it has room to
-//! handle it, and a batch handler finds a pull's messages ready together. Stopping
-//! the pump ([`Unsubscribe::stop`]) works the same way for both:
+//! A subscription or a pull consumer is read in the runtime's own task, straight from the
+//! client's buffer (no task or channel in between, which cost more per message than the rest of
+//! the delivery path): the runtime asks for the next message only when a handler is free, and
+//! a batch handler finds what arrived together ready at once. A pull consumer is read by the
+//! puller of `transport/pull.rs`, which says how much it asks the server for. Stopping
+//! ([`Unsubscribe::stop`]) takes effect at the stream's next read, the same way for both:
 //!
 //! - Core: the subscription is drained (unsubscribed on the server); the messages the client
 //!   already received are still handed over, then the stream ends.
@@ -21,11 +22,12 @@ use async_nats::jetstream::consumer::FromConsumer;
 use async_nats::jetstream::{self, consumer, stream};
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
 use bytes::Bytes;
+use futures::StreamExt;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
 use ruststream::Headers;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
+use super::pull::{Lookahead, Puller};
 use super::{
     ConsumerSpec, RawMessage, StreamSpec, Subscription, Transport, TransportError,
     TransportErrorKind, Unsubscribe,
@@ -34,6 +36,10 @@ use crate::descriptor::DeliverPolicy;
 
 /// How long [`NatsTransport::round_trip`] waits for the server.
 const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The most messages a registration of single messages keeps ahead of its handlers (a batch
+/// handler: its batch size, when larger). `transport/pull.rs` says how much it actually keeps.
+const PULL_MAX: usize = 256;
 
 /// JetStream's error code for "stream not found".
 const STREAM_NOT_FOUND: u64 = 10059;
@@ -179,12 +185,14 @@ impl Transport for NatsTransport {
         payload: Bytes,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(async move {
+            // One copy of the subject (async-nats keeps it as bytes).
+            let target = async_nats::Subject::from(&*subject);
             let result = if headers.is_empty() {
-                self.client.publish(subject.to_string(), payload).await
+                self.client.publish(target, payload).await
             } else {
                 let headers = to_header_map(&headers)?;
                 self.client
-                    .publish_with_headers(subject.to_string(), headers, payload)
+                    .publish_with_headers(target, headers, payload)
                     .await
             };
             result.map_err(|err| {
@@ -257,7 +265,7 @@ impl Transport for NatsTransport {
                     format!("cannot subscribe to `{subject}`: {}", err.message),
                 )
             })?;
-            Ok(pump(Pumped::Core(subscriber), 1))
+            Ok(reading(Pumped::Core(subscriber)))
         })
     }
 
@@ -347,23 +355,21 @@ impl Transport for NatsTransport {
     fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>> {
         Box::pin(async move {
             let consumer = self.open_consumer(&spec).await?;
-            let messages = consumer
-                .stream()
-                .max_messages_per_batch(spec.batch.max(1))
-                .expires(spec.expires)
-                .messages()
-                .await
-                .map_err(|err| {
-                    TransportError::new(
-                        TransportErrorKind::Other,
-                        format!(
-                            "cannot pull from consumer `{}` of stream `{}`: {err}",
-                            consumer.cached_info().name,
-                            spec.stream
-                        ),
-                    )
-                })?;
-            Ok(pump(Pumped::Pull(Box::new(messages)), spec.batch.max(1)))
+            let info = consumer.cached_info();
+            let lookahead = Lookahead {
+                start: spec.batch,
+                max: spec.batch.max(PULL_MAX),
+                ack_wait: spec.ack_wait,
+                expires: spec.expires,
+            };
+            let puller = Puller::open(
+                self.client.clone(),
+                &info.stream_name,
+                &info.name,
+                lookahead,
+            )
+            .await?;
+            Ok(reading(Pumped::Pull(Box::new(puller))))
         })
     }
 }
@@ -522,140 +528,127 @@ fn raw(message: async_nats::Message) -> RawMessage {
     }
 }
 
-/// What a pump reads from.
+/// What a subscription reads from.
 enum Pumped {
     Core(async_nats::Subscriber),
-    Pull(Box<consumer::pull::Stream>),
-}
-
-/// Asks a pump to stop; resolves once it took no new messages.
-type StopRequest = oneshot::Sender<oneshot::Sender<()>>;
-
-struct PumpStop {
-    request: Mutex<Option<StopRequest>>,
-}
-
-impl Unsubscribe for PumpStop {
-    fn stop(&self) -> BoxFuture<'_, ()> {
-        let request = self.request.lock().ok().and_then(|mut r| r.take());
-        Box::pin(async move {
-            let Some(request) = request else { return };
-            let (done, stopped) = oneshot::channel();
-            if request.send(done).is_ok() {
-                // An error means the pump already ended: it takes nothing either way.
-                let _ = stopped.await;
-            }
-        })
-    }
-}
-
-/// Starts the task that forwards `source`'s messages, holding at most `capacity` of them (a
-/// pull's batch: what the client asked the server for anyway).
-fn pump(source: Pumped, capacity: usize) -> Subscription {
-    let (tx, rx) = mpsc::channel(capacity);
-    let (stop_tx, stop_rx) = oneshot::channel();
-    tokio::spawn(run_pump(source, tx, stop_rx));
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
-    (
-        stream.boxed(),
-        Box::new(PumpStop {
-            request: Mutex::new(Some(stop_tx)),
-        }),
-    )
+    Pull(Box<Puller>),
 }
 
 type Item = Result<RawMessage, TransportError>;
 
-async fn run_pump(
-    source: Pumped,
-    tx: mpsc::Sender<Item>,
-    mut stop: oneshot::Receiver<oneshot::Sender<()>>,
-) {
-    let mut source = source;
-    // Running: forward each message once the reader has room, until stopped.
-    let done = loop {
-        let item = tokio::select! {
-            biased;
-            request = &mut stop => break request.ok(),
-            item = next(&mut source) => item,
-        };
-        let Some(item) = item else { return };
-        let permit = tokio::select! {
-            biased;
-            permit = tx.reserve() => permit,
-            request = &mut stop => {
-                let mut leftovers = vec![item];
-                let done = request.ok();
-                finish(source, &mut leftovers, done, &tx).await;
-                return;
-            }
-        };
-        match permit {
-            Ok(permit) => permit.send(item),
-            // The reader is gone: dropping the source unsubscribes.
-            Err(_) => return,
-        }
+/// `source`'s messages, read in the reader's own task (no task or channel in between): a message
+/// leaves the client only when the runtime asks for the next one, which it does when a handler
+/// is free.
+fn reading(source: Pumped) -> Subscription {
+    let (stop, stopped) = oneshot::channel();
+    let state = Reading::Running {
+        source,
+        stop: stopped,
+        subject: None,
     };
-    finish(source, &mut Vec::new(), done, &tx).await;
+    (
+        futures::stream::unfold(state, Reading::step).boxed(),
+        Box::new(StopReading {
+            request: Mutex::new(Some(stop)),
+        }),
+    )
 }
 
-/// Stops taking new messages from `source`, confirms the stop, then hands over what the client
-/// already holds and ends.
-async fn finish(
-    source: Pumped,
-    leftovers: &mut Vec<Item>,
-    done: Option<oneshot::Sender<()>>,
-    tx: &mpsc::Sender<Item>,
-) {
-    match source {
-        Pumped::Core(mut subscriber) => {
-            if let Err(err) = subscriber.drain().await {
-                // The connection is gone, and with it the subscription: the loop below ends.
-                tracing::debug!(%err, "draining a subscription failed");
-            }
-            if let Some(done) = done {
-                let _ = done.send(());
-            }
-            for item in leftovers.drain(..) {
-                if tx.send(item).await.is_err() {
-                    return;
-                }
-            }
-            while let Some(message) = subscriber.next().await {
-                if tx.send(Ok(raw(message))).await.is_err() {
-                    return;
-                }
-            }
+/// Asks the stream to stop taking new messages: it does at its next read (the runtime reads
+/// on at once, to hand over what the client still holds).
+struct StopReading {
+    request: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Unsubscribe for StopReading {
+    fn stop(&self) -> BoxFuture<'_, ()> {
+        if let Some(request) = self.request.lock().ok().and_then(|mut r| r.take()) {
+            // An error means the stream is gone: it takes nothing either way.
+            let _ = request.send(());
         }
-        Pumped::Pull(mut messages) => {
-            // What the client already pulled stays valid; nothing more is asked for.
-            while let Some(Some(item)) = messages.next().now_or_never() {
-                leftovers.push(pull_item(item));
-            }
-            drop(messages);
-            if let Some(done) = done {
-                let _ = done.send(());
-            }
-            for item in leftovers.drain(..) {
-                if tx.send(item).await.is_err() {
-                    return;
+        Box::pin(std::future::ready(()))
+    }
+}
+
+enum Reading {
+    Running {
+        source: Pumped,
+        stop: oneshot::Receiver<()>,
+        /// The last message's subject: the next one's too, most of the time (shared, not
+        /// copied again).
+        subject: Option<Arc<str>>,
+    },
+    /// Stopped: the last messages of a drained Core subscription.
+    Draining(async_nats::Subscriber),
+    /// Stopped: what a pull had already brought into the client.
+    Leftovers(std::vec::IntoIter<async_nats::Message>),
+}
+
+impl Reading {
+    async fn step(mut self) -> Option<(Item, Self)> {
+        loop {
+            self = match self {
+                Self::Running {
+                    mut source,
+                    mut stop,
+                    mut subject,
+                } => {
+                    tokio::select! {
+                        biased;
+                        // Asked to stop, or the handle is gone.
+                        _ = &mut stop => Self::stopped(source).await,
+                        item = next(&mut source) => {
+                            let item = item?.map(|message| raw_sharing(message, &mut subject));
+                            return Some((item, Self::Running { source, stop, subject }));
+                        }
+                    }
                 }
+                Self::Draining(mut subscriber) => {
+                    let message = subscriber.next().await?;
+                    return Some((Ok(raw(message)), Self::Draining(subscriber)));
+                }
+                Self::Leftovers(mut rest) => {
+                    let message = rest.next()?;
+                    return Some((Ok(raw(message)), Self::Leftovers(rest)));
+                }
+            };
+        }
+    }
+
+    /// Takes no new messages from `source`; what the client already holds is still handed
+    /// over.
+    async fn stopped(source: Pumped) -> Self {
+        match source {
+            Pumped::Core(mut subscriber) => {
+                if let Err(err) = subscriber.drain().await {
+                    // The connection is gone, and with it the subscription: the stream ends.
+                    tracing::debug!(%err, "draining a subscription failed");
+                }
+                Self::Draining(subscriber)
             }
+            // Nothing more is asked for; the inbox closes with the puller.
+            Pumped::Pull(mut puller) => Self::Leftovers(puller.ready().into_iter()),
         }
     }
 }
 
-async fn next(source: &mut Pumped) -> Option<Item> {
+async fn next(source: &mut Pumped) -> Option<Result<async_nats::Message, TransportError>> {
     match source {
-        Pumped::Core(subscriber) => subscriber.next().await.map(|m| Ok(raw(m))),
-        Pumped::Pull(messages) => messages.next().await.map(pull_item),
+        Pumped::Core(subscriber) => subscriber.next().await.map(Ok),
+        Pumped::Pull(puller) => puller.next().await,
     }
 }
 
-fn pull_item(item: Result<jetstream::Message, consumer::pull::MessagesError>) -> Item {
-    item.map(|m| raw(m.message)).map_err(|err| {
-        TransportError::new(TransportErrorKind::Other, format!("pulling failed: {err}"))
-    })
+/// [`raw`], sharing the subject with the previous message when it is the same.
+fn raw_sharing(message: async_nats::Message, last: &mut Option<Arc<str>>) -> RawMessage {
+    let subject = match last {
+        Some(subject) if **subject == *message.subject => Arc::clone(subject),
+        _ => Arc::clone(last.insert(Arc::from(message.subject.as_str()))),
+    };
+    RawMessage {
+        subject,
+        reply: message.reply.map(|reply| Arc::from(reply.as_str())),
+        headers: from_header_map(message.headers.as_ref()),
+        payload: message.payload,
+    }
 }
