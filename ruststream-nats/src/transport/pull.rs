@@ -158,8 +158,8 @@ impl Puller {
         })
     }
 
-    /// The next message the server delivered, asking for more first when no more than half the
-    /// lookahead is still to come. `None` once nothing more can come: the consumer was deleted,
+    /// The next message the server delivered. More is asked for whenever no more than half the
+    /// lookahead is still to come: before waiting, and again before a message is handed over. `None` once nothing more can come: the consumer was deleted,
     /// or the connection closed for good. An error is reported once; the next call carries on.
     pub(crate) async fn next(&mut self) -> Option<Result<Message, TransportError>> {
         loop {
@@ -187,6 +187,12 @@ impl Puller {
                 None | Some(StatusCode::OK) => {
                     self.outstanding = self.outstanding.saturating_sub(1);
                     self.returned += 1;
+                    // Ask for more now, not when the next message is wanted: the request is
+                    // on the server while this one is handled. A failure is reported by the
+                    // next call, which asks again.
+                    if self.outstanding <= self.lookahead / 2 {
+                        let _ = self.pull().await;
+                    }
                     return Some(Ok(message));
                 }
                 Some(StatusCode::IDLE_HEARTBEAT) => {}
