@@ -13,8 +13,9 @@ use tokio::sync::watch;
 
 use crate::JetStreamSubject;
 use crate::copies::Copies;
+use crate::events::Events;
 use crate::executor::Executor;
-use crate::options::{Auth, ConnectionOptions, redact};
+use crate::options::{Auth, ConnectionOptions, split_credentials};
 use crate::publish::NatsPublisher;
 use crate::running::RunningNatsBroker;
 use crate::source::{Reopen, Source};
@@ -45,7 +46,12 @@ const DEFAULT_BATCH: usize = 64;
 /// ```
 #[derive(Clone)]
 pub struct NatsBroker {
+    /// The URL without its credentials (they are in `options.auth`).
     url: String,
+    /// The servers of the URL, without credentials: what async-nats is given.
+    servers: Vec<String>,
+    /// Why the URL's credentials cannot be used.
+    url_problem: Option<String>,
     options: ConnectionOptions,
     streams: Vec<StreamSpec>,
 }
@@ -53,7 +59,7 @@ pub struct NatsBroker {
 impl fmt::Debug for NatsBroker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NatsBroker")
-            .field("url", &redact(&self.url))
+            .field("url", &self.url)
             .field("options", &self.options)
             .field("streams", &self.streams)
             .finish()
@@ -62,10 +68,25 @@ impl fmt::Debug for NatsBroker {
 
 impl NatsBroker {
     /// A broker at `url` (`nats://localhost:4222`; several servers separated by commas).
+    ///
+    /// Credentials in the URL authenticate: `nats://user:password@host:4222` (a user and a
+    /// password) or `nats://token@host:4222` (a token), percent-encoded or not (only a `,` in a
+    /// password must be written `%2C`). They are taken out of the URL at once: neither logs,
+    /// `describe`, errors nor async-nats ever see them. A later `.user_and_password(..)`,
+    /// `.token(..)`, `.nkey(..)` or `.credentials_file(..)` replaces them.
     pub fn new(url: impl Into<String>) -> Self {
+        let url: String = url.into();
+        let split = split_credentials(&url);
+        drop(url);
+        let options = ConnectionOptions {
+            auth: split.auth,
+            ..ConnectionOptions::default()
+        };
         Self {
-            url: url.into(),
-            options: ConnectionOptions::default(),
+            url: split.servers.join(","),
+            servers: split.servers,
+            url_problem: split.problem,
+            options,
             streams: Vec::new(),
         }
     }
@@ -131,6 +152,15 @@ impl NatsBroker {
         self
     }
 
+    /// How many Core messages the client holds for each subscription while its handlers are
+    /// busy (async-nats's default: 65 536, whatever their size). Past it, new messages are
+    /// dropped and a warning names the registration and how many it lost. Bounds the memory a
+    /// fast publisher can take; at least 1.
+    pub fn subscription_capacity(mut self, capacity: usize) -> Self {
+        self.options.subscription_capacity = Some(capacity);
+        self
+    }
+
     /// Creates stream `name` storing `subjects` at startup, or updates its subjects when it
     /// exists. Without a declaration the crate declares nothing to the server.
     pub fn declare_stream<I, S>(mut self, name: impl Into<String>, subjects: I) -> Self
@@ -145,22 +175,72 @@ impl NatsBroker {
         self
     }
 
-    /// Connects to the server.
-    async fn connect(&self) -> Result<NatsTransport, Error> {
-        let address = redact(&self.url);
-        let options = self.options.build(&address).await?;
-        let client = options.connect(self.url.as_str()).await.map_err(|err| {
-            Error::new(
-                ErrorKind::Connect,
-                format!(
-                    "cannot connect to NATS at {address}; check that nats-server runs there and the URL is right"
-                ),
-            )
-            .with_source(err)
-        })?;
+    /// Connects to the server. async-nats is given the servers without credentials, and the
+    /// credentials as options.
+    async fn connect(&self, events: Arc<Events>) -> Result<NatsTransport, Error> {
+        let address = self.url.clone();
+        if let Some(problem) = &self.url_problem {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!("cannot connect to NATS at {address}: {problem}"),
+            ));
+        }
+        if self.servers.is_empty() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "the NATS URL names no server; give one like `nats://localhost:4222`",
+            ));
+        }
+        let mut options = self.options.build(&address).await?;
+        match self.options.subscription_capacity {
+            Some(0) => {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    "`.subscription_capacity(0)` leaves no room for a single message; give at least 1",
+                ));
+            }
+            Some(capacity) => options = options.subscription_capacity(capacity),
+            None => {}
+        }
+        let callback = Arc::clone(&events);
+        options = options.event_callback(move |event| {
+            let events = Arc::clone(&callback);
+            async move { events.on_event(event) }
+        });
+        let client = options
+            .connect(self.servers.clone())
+            .await
+            .map_err(|err| connect_error(&address, &self.options, err))?;
         tracing::info!(address = %address, "connected to NATS");
-        Ok(NatsTransport::new(client))
+        Ok(NatsTransport::new(client).with_events(events))
     }
+}
+
+/// Why connecting failed, naming the server (never a credential) and the likely fix.
+fn connect_error(
+    address: &str,
+    options: &ConnectionOptions,
+    err: async_nats::ConnectError,
+) -> Error {
+    use async_nats::ConnectErrorKind as Kind;
+    let fix = match err.kind() {
+        Kind::AuthorizationViolation | Kind::Authentication => match &options.auth {
+            None => "the server asks for credentials and the app gives none; give them in the URL (`nats://user:password@host`), or with `.user_and_password(..)`, `.token(..)`, `.nkey(..)` or `.credentials_file(..)`".to_owned(),
+            Some(auth) => format!(
+                "the server refused the {}; check them against the server's configuration",
+                auth.what()
+            ),
+        },
+        Kind::Tls => "the TLS handshake failed; check that the server's certificate is signed by the CA given with `.root_certificate(..)` and names the host of the URL, and that the client certificate given with `.client_certificate(..)` is one the server trusts".to_owned(),
+        Kind::TimedOut => "no answer in time; check that nats-server runs there, that the URL is right, or raise `.connection_timeout(..)`".to_owned(),
+        Kind::ServerParse => "the URL is not a NATS URL; write it like `nats://host:4222`".to_owned(),
+        _ => "check that nats-server runs there and the URL is right".to_owned(),
+    };
+    Error::new(
+        ErrorKind::Connect,
+        format!("cannot connect to NATS at {address}: {}; {fix}", err.kind()),
+    )
+    .with_source(err)
 }
 
 impl Broker for NatsBroker {
@@ -169,7 +249,7 @@ impl Broker for NatsBroker {
     }
 
     fn address(&self) -> String {
-        redact(&self.url)
+        self.url.clone()
     }
 
     fn validate(&self, registrations: &[RegistrationInfo]) -> Result<(), Error> {
@@ -183,9 +263,20 @@ impl Broker for NatsBroker {
     ) -> BoxFuture<'static, Result<Box<dyn RunningBroker>, Error>> {
         Box::pin(async move {
             validate_endpoints(&endpoints)?;
+            let events = Arc::new(Events::new(self.url.clone()));
+            for endpoint in &endpoints {
+                let descriptor = &endpoint.info().descriptor;
+                if descriptor.model == DeliveryModel::Core {
+                    events.name_registration(
+                        endpoint.name(),
+                        &descriptor.subject,
+                        descriptor.queue_group.as_deref(),
+                    );
+                }
+            }
             let transport: Arc<dyn Transport> = match env.get::<TransportOverride>() {
                 Some(TransportOverride(transport)) => Arc::clone(transport),
-                None => Arc::new(self.connect().await?),
+                None => Arc::new(self.connect(Arc::clone(&events)).await?),
             };
             for spec in &self.streams {
                 transport
@@ -217,6 +308,7 @@ impl Broker for NatsBroker {
             let copies = Arc::new(Copies::new(Arc::clone(&transport)));
             let publisher = Arc::new(NatsPublisher::new(Arc::clone(&transport)));
             let (stop, signal) = watch::channel(None);
+            tokio::spawn(Arc::clone(&events).report_until_stopped(signal.clone()));
             let mut sources = Vec::with_capacity(opened.len());
             for (endpoint, (messages, unsubscribe)) in opened {
                 let executor = Arc::new(Executor::new(

@@ -4,6 +4,7 @@
 mod broker;
 mod copies;
 pub mod descriptor;
+mod events;
 mod executor;
 mod jetstream_info;
 mod keys;

@@ -12,12 +12,24 @@ use ruststream::{Error, ErrorKind};
 pub(crate) const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Who the app is to the server.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Auth {
     CredentialsFile(PathBuf),
     UserPassword { user: String, password: String },
     Token(String),
     NKey(String),
+}
+
+impl Auth {
+    /// What the credentials are, for error messages (never the credentials themselves).
+    pub(crate) fn what(&self) -> &'static str {
+        match self {
+            Self::CredentialsFile(_) => "credentials file (user JWT and NKey seed)",
+            Self::UserPassword { .. } => "user and password",
+            Self::Token(_) => "token",
+            Self::NKey(_) => "NKey seed",
+        }
+    }
 }
 
 impl fmt::Debug for Auth {
@@ -44,6 +56,8 @@ pub(crate) struct ConnectionOptions {
     pub(crate) require_tls: bool,
     pub(crate) name: Option<String>,
     pub(crate) connection_timeout: Option<Duration>,
+    /// How many Core messages the client holds per subscription before it drops.
+    pub(crate) subscription_capacity: Option<usize>,
 }
 
 impl ConnectionOptions {
@@ -89,29 +103,109 @@ impl ConnectionOptions {
     }
 }
 
-/// `url` with any `user:password@` removed, for logs and `describe`. Comma-separated lists are
-/// redacted one by one.
-pub(crate) fn redact(url: &str) -> String {
-    url.split(',')
-        .map(|one| {
-            let one = one.trim();
-            let (scheme, rest) = match one.find("://") {
-                Some(i) => one.split_at(i + 3),
-                None => ("", one),
-            };
-            let host_end = rest.find(['/', '?']).unwrap_or(rest.len());
-            match rest[..host_end].rfind('@') {
-                Some(at) => format!("{scheme}{}", &rest[at + 1..]),
-                None => one.to_owned(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+/// A URL as the user wrote it, split into what may be printed and handed to async-nats (the
+/// servers, without credentials) and what may not (the credentials).
+#[derive(Clone, Default)]
+pub(crate) struct SplitUrl {
+    /// Every server of the URL, without its credentials.
+    pub(crate) servers: Vec<String>,
+    /// The credentials the URL carries (the same for every server that carries any).
+    pub(crate) auth: Option<Auth>,
+    /// Why the URL's credentials cannot be used (never quoting them).
+    pub(crate) problem: Option<String>,
+}
+
+impl fmt::Debug for SplitUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SplitUrl")
+            .field("servers", &self.servers)
+            .field("auth", &self.auth)
+            .field("problem", &self.problem)
+            .finish()
+    }
+}
+
+/// Takes the credentials out of `url`: `nats://user:password@host` (a user and a password) and
+/// `nats://token@host` (a token), percent-encoded or not. The credentials end at the last `@`
+/// of each server, so a password may hold an unencoded `/`, `?`, `:` or `@`; only a `,` must
+/// be written `%2C`, since it separates servers. Several servers are separated by commas.
+pub(crate) fn split_credentials(url: &str) -> SplitUrl {
+    let mut split = SplitUrl::default();
+    let mut distinct: Vec<Auth> = Vec::new();
+    for one in url.split(',') {
+        let one = one.trim();
+        if one.is_empty() {
+            continue;
+        }
+        let (scheme, rest) = match one.find("://") {
+            Some(i) => one.split_at(i + 3),
+            None => ("", one),
+        };
+        let Some(at) = rest.rfind('@') else {
+            split.servers.push(one.to_owned());
+            continue;
+        };
+        split.servers.push(format!("{scheme}{}", &rest[at + 1..]));
+        let userinfo = &rest[..at];
+        let auth = match userinfo.split_once(':') {
+            Some((user, password)) => Auth::UserPassword {
+                user: percent_decode(user),
+                password: percent_decode(password),
+            },
+            None => Auth::Token(percent_decode(userinfo)),
+        };
+        let empty = match &auth {
+            Auth::UserPassword { user, password } => user.is_empty() && password.is_empty(),
+            Auth::Token(token) => token.is_empty(),
+            _ => false,
+        };
+        if !empty && !distinct.contains(&auth) {
+            distinct.push(auth);
+        }
+    }
+    if distinct.len() > 1 {
+        split.problem = Some(format!(
+            "the servers of the URL carry {} different credentials, but one connection \
+             authenticates the same way with every server; give each server the same \
+             credentials, or take them out of the URL and use `.user_and_password(..)` or \
+             `.token(..)`",
+            distinct.len()
+        ));
+    }
+    split.auth = distinct.into_iter().next();
+    split
+}
+
+/// `%XX` sequences decoded; anything else (a lone `%` too) kept as written.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            // Two hex digits make one byte.
+            out.push(u8::try_from(high * 16 + low).unwrap_or(b'%'));
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out)
+        .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn redact(url: &str) -> String {
+        split_credentials(url).servers.join(",")
+    }
 
     #[test]
     fn urls_lose_their_credentials() {
@@ -126,6 +220,40 @@ mod tests {
             redact("nats://u:p@a:4222, nats://b:4222"),
             "nats://a:4222,nats://b:4222"
         );
+        // Unencoded `/`, `?` and `@` in a password: the credentials end at the last `@`.
+        assert_eq!(redact("nats://u:pa/ss?w@rd@host:4222"), "nats://host:4222");
+    }
+
+    #[test]
+    fn url_credentials_become_options() {
+        let split = split_credentials("nats://alice:s3c%2Cret/x?y@host:4222");
+        assert_eq!(
+            split.auth,
+            Some(Auth::UserPassword {
+                user: "alice".into(),
+                password: "s3c,ret/x?y".into()
+            })
+        );
+        assert_eq!(split.servers, ["nats://host:4222"]);
+        assert!(split.problem.is_none());
+
+        let token = split_credentials("nats://T0K%zz3N@host");
+        assert_eq!(token.auth, Some(Auth::Token("T0K%zz3N".into())));
+
+        let shared = split_credentials("nats://a:b@one:1,nats://a:b@two:2,nats://three:3");
+        assert_eq!(
+            shared.servers,
+            ["nats://one:1", "nats://two:2", "nats://three:3"]
+        );
+        assert!(shared.problem.is_none());
+
+        let differing = split_credentials("nats://a:secretOne@one:1,nats://a:secretTwo@two:2");
+        let problem = differing.problem.expect("two credentials are refused");
+        assert!(!problem.contains("secret"), "{problem}");
+        assert!(problem.contains("same"), "{problem}");
+
+        assert!(split_credentials("nats://host:4222").auth.is_none());
+        assert!(split_credentials("nats://@host:4222").auth.is_none());
     }
 
     #[test]

@@ -33,6 +33,7 @@ use super::{
     TransportErrorKind, Unsubscribe,
 };
 use crate::descriptor::DeliverPolicy;
+use crate::events::{Events, subscription_id};
 
 /// How long [`NatsTransport::round_trip`] waits for the server.
 const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -50,6 +51,8 @@ const STREAM_NOT_FOUND: u64 = 10059;
 pub struct NatsTransport {
     client: async_nats::Client,
     jetstream: jetstream::Context,
+    /// Where Core subscriptions are recorded, to name them when they drop messages.
+    events: Option<Arc<Events>>,
 }
 
 impl std::fmt::Debug for NatsTransport {
@@ -64,7 +67,17 @@ impl NatsTransport {
     /// A transport over a connected client.
     pub fn new(client: async_nats::Client) -> Self {
         let jetstream = jetstream::new(client.clone());
-        Self { client, jetstream }
+        Self {
+            client,
+            jetstream,
+            events: None,
+        }
+    }
+
+    /// Records each Core subscription in `events`, which reports what it drops.
+    pub(crate) fn with_events(mut self, events: Arc<Events>) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// The client, for anything the transport does not cover.
@@ -265,6 +278,15 @@ impl Transport for NatsTransport {
                     format!("cannot subscribe to `{subject}`: {}", err.message),
                 )
             })?;
+            if let Some(events) = &self.events {
+                match subscription_id(&subscriber) {
+                    Some(sid) => events.subscribed(sid, &subject, queue_group.as_deref()),
+                    None => tracing::debug!(
+                        subject = %subject,
+                        "the subscription's id is unknown: messages it drops are not counted"
+                    ),
+                }
+            }
             Ok(reading(Pumped::Core(subscriber)))
         })
     }

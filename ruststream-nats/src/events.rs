@@ -1,0 +1,213 @@
+//! What async-nats reports about the connection while the app runs, said in the app's terms:
+//! credentials the server stopped accepting (an error naming the broker) and Core messages a
+//! slow subscription dropped (a warning naming the registration, with a count).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::PoisonError;
+use std::time::Duration;
+
+use async_nats::{ClientError, Event, ServerError};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// How often dropped Core messages are reported (one warning per registration at most).
+pub(crate) const SLOW_CONSUMER_REPORT: Duration = Duration::from_secs(1);
+
+/// How often the same connection problem is logged again while it lasts.
+const REPEAT_AFTER: Duration = Duration::from_secs(30);
+
+/// The connection events of one broker.
+pub(crate) struct Events {
+    /// The broker's address, without credentials.
+    broker: String,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Which registrations read a Core subject (and queue group).
+    names: HashMap<(String, Option<String>), Vec<String>>,
+    /// async-nats subscription id → its Core subscription.
+    subscriptions: HashMap<u64, Dropped>,
+    /// When a refused credential was last logged, and how many times since.
+    refused: Option<(Instant, u64)>,
+}
+
+struct Dropped {
+    /// The registrations reading the subscription.
+    registrations: String,
+    subject: String,
+    /// Messages dropped so far, and how many of them were reported.
+    count: u64,
+    reported: u64,
+}
+
+impl Events {
+    pub(crate) fn new(broker: String) -> Self {
+        Self {
+            broker,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records that `registration` reads `subject` (in `queue_group`) on Core.
+    pub(crate) fn name_registration(
+        &self,
+        registration: &str,
+        subject: &str,
+        queue_group: Option<&str>,
+    ) {
+        self.state()
+            .names
+            .entry((subject.to_owned(), queue_group.map(str::to_owned)))
+            .or_default()
+            .push(registration.to_owned());
+    }
+
+    /// Records the async-nats subscription `sid` of a Core subject.
+    pub(crate) fn subscribed(&self, sid: u64, subject: &str, queue_group: Option<&str>) {
+        let mut state = self.state();
+        let registrations = state
+            .names
+            .get(&(subject.to_owned(), queue_group.map(str::to_owned)))
+            .map_or_else(|| "(unnamed)".to_owned(), |names| names.join("`, `"));
+        state.subscriptions.insert(
+            sid,
+            Dropped {
+                registrations,
+                subject: subject.to_owned(),
+                count: 0,
+                reported: 0,
+            },
+        );
+    }
+
+    /// One event from async-nats.
+    pub(crate) fn on_event(&self, event: Event) {
+        match event {
+            Event::SlowConsumer(sid) | Event::ServerError(ServerError::SlowConsumer(sid)) => {
+                if let Some(dropped) = self.state().subscriptions.get_mut(&sid) {
+                    dropped.count += 1;
+                }
+            }
+            Event::ServerError(ServerError::AuthorizationViolation) => {
+                self.refused("authorization violation");
+            }
+            Event::ServerError(ServerError::Other(message)) if is_credentials(&message) => {
+                self.refused(&message);
+            }
+            Event::ClientError(ClientError::Other(message)) if is_credentials(&message) => {
+                self.refused(&message);
+            }
+            Event::Disconnected => tracing::warn!(
+                broker = %self.broker,
+                "disconnected from NATS; reconnecting"
+            ),
+            Event::Connected => {
+                let refused = self.state().refused.take();
+                tracing::info!(broker = %self.broker, "connected to NATS again");
+                if refused.is_some() {
+                    tracing::info!(broker = %self.broker, "the server accepts the credentials again");
+                }
+            }
+            Event::LameDuckMode => tracing::warn!(
+                broker = %self.broker,
+                "the NATS server is shutting down (lame duck mode); the client moves to another server"
+            ),
+            Event::ServerError(err) => tracing::warn!(
+                broker = %self.broker,
+                %err,
+                "the NATS server reported an error"
+            ),
+            Event::ClientError(err) => tracing::warn!(
+                broker = %self.broker,
+                %err,
+                "the NATS client reported an error"
+            ),
+            other => {
+                tracing::debug!(broker = %self.broker, event = %other, "NATS connection event")
+            }
+        }
+    }
+
+    /// The server refused the credentials the app runs with: an error, then again every
+    /// [`REPEAT_AFTER`] while it lasts (with how many times it happened meanwhile).
+    fn refused(&self, what: &str) {
+        let now = Instant::now();
+        let mut state = self.state();
+        match &mut state.refused {
+            Some((last, count)) if now.duration_since(*last) < REPEAT_AFTER => {
+                *count += 1;
+            }
+            refused => {
+                let times = refused.map_or(1, |(_, count)| count + 1);
+                *refused = Some((now, 0));
+                drop(state);
+                tracing::error!(
+                    broker = %self.broker,
+                    reason = %what,
+                    times,
+                    "the NATS server no longer accepts the app's credentials (revoked, changed or expired): nothing is received or sent until they are fixed; renew them and restart the app, or restore them on the server"
+                );
+            }
+        }
+    }
+
+    /// Logs the Core messages each subscription dropped since the last report.
+    pub(crate) fn report_dropped(&self) {
+        let mut state = self.state();
+        for dropped in state.subscriptions.values_mut() {
+            let new = dropped.count - dropped.reported;
+            if new == 0 {
+                continue;
+            }
+            dropped.reported = dropped.count;
+            tracing::warn!(
+                registration = %dropped.registrations,
+                subject = %dropped.subject,
+                dropped = new,
+                total = dropped.count,
+                "the client dropped Core messages: the handlers do not keep up and the subscription's buffer is full (slow consumer); raise `.subscription_capacity(..)` on the broker, handle faster, or use JetStream"
+            );
+        }
+    }
+
+    /// Reports dropped messages every [`SLOW_CONSUMER_REPORT`] until the broker stops, then a
+    /// last time.
+    pub(crate) async fn report_until_stopped(
+        self: std::sync::Arc<Self>,
+        mut stop: watch::Receiver<Option<Instant>>,
+    ) {
+        let mut tick = tokio::time::interval(SLOW_CONSUMER_REPORT);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.report_dropped(),
+                _ = stop.wait_for(Option::is_some) => break,
+            }
+        }
+        self.report_dropped();
+    }
+}
+
+/// Whether the server's or client's message says the credentials were refused.
+fn is_credentials(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    message.contains("authorization violation")
+        || message.contains("authentication expired")
+        || message.contains("authentication revoked")
+        || message.contains("account authentication")
+}
+
+/// The subscription id async-nats gave `subscriber` (it shows only in its `Debug`).
+pub(crate) fn subscription_id(subscriber: &async_nats::Subscriber) -> Option<u64> {
+    let shown = format!("{subscriber:?}");
+    let after = &shown[shown.find("sid: ")? + "sid: ".len()..];
+    let digits = after.split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok()
+}
