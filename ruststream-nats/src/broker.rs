@@ -223,7 +223,14 @@ fn connect_error(
     err: async_nats::ConnectError,
 ) -> Error {
     use async_nats::ConnectErrorKind as Kind;
+    // rustls's refusals reach async-nats as I/O errors.
+    let shown = err.to_string().to_ascii_lowercase();
+    let tls = err.kind() == Kind::Tls
+        || ["certificate", "alert", "handshake", "tls"]
+            .iter()
+            .any(|word| shown.contains(word));
     let fix = match err.kind() {
+        _ if tls => "the TLS handshake failed; check that the server's certificate is signed by the CA given with `.root_certificate(..)` and names the host of the URL, and, when the server asks for client certificates, that the one given with `.client_certificate(..)` is signed by a CA the server trusts".to_owned(),
         Kind::AuthorizationViolation | Kind::Authentication => match &options.auth {
             None => "the server asks for credentials and the app gives none; give them in the URL (`nats://user:password@host`), or with `.user_and_password(..)`, `.token(..)`, `.nkey(..)` or `.credentials_file(..)`".to_owned(),
             Some(auth) => format!(
@@ -231,14 +238,13 @@ fn connect_error(
                 auth.what()
             ),
         },
-        Kind::Tls => "the TLS handshake failed; check that the server's certificate is signed by the CA given with `.root_certificate(..)` and names the host of the URL, and that the client certificate given with `.client_certificate(..)` is one the server trusts".to_owned(),
         Kind::TimedOut => "no answer in time; check that nats-server runs there, that the URL is right, or raise `.connection_timeout(..)`".to_owned(),
         Kind::ServerParse => "the URL is not a NATS URL; write it like `nats://host:4222`".to_owned(),
         _ => "check that nats-server runs there and the URL is right".to_owned(),
     };
     Error::new(
         ErrorKind::Connect,
-        format!("cannot connect to NATS at {address}: {}; {fix}", err.kind()),
+        format!("cannot connect to NATS at {address}; {fix}"),
     )
     .with_source(err)
 }

@@ -1,0 +1,430 @@
+//! Every way `NatsBroker` authenticates, against a nats-server configured for it: user and
+//! password, token, NKey seed, credentials file (a JWT the test issues from its own operator),
+//! TLS with a CA the test generates, and mutual TLS. Each with its failure: the app refuses to
+//! start with an error naming the server (never the secret) and the likely fix.
+
+mod nats_support;
+mod security_support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nats_support::{Scripted, start};
+use ruststream::{Error, ErrorKind, HandlerOutcome};
+use ruststream_nats::{CoreSubject, NatsBroker};
+use ruststream_test_server::NatsServer;
+use ruststream_test_server::client::{PATIENCE, eventually, publish_core};
+use security_support::{assert_never_shown, capture};
+
+/// Starts an app reading `notices.sent`, proves a message gets through, and stops it.
+async fn serves(server: &NatsServer, broker: NatsBroker, client: async_nats::ConnectOptions) {
+    let handler = Scripted::always(HandlerOutcome::ack());
+    let app = start(broker, |b| {
+        b.include(CoreSubject::new("notices.sent").handler(handler.clone()));
+    })
+    .await
+    .unwrap_or_else(|err| panic!("the app starts: {err}"));
+    let client = client
+        .connect(server.url())
+        .await
+        .expect("the test client connects");
+    publish_core(&client, "notices.sent", &[], r#"{"id":7}"#).await;
+    assert_eq!(handler.until_seen(1).await[0].id, 7);
+    app.stop().await.expect("the app stops");
+}
+
+/// Starts an app that the server must refuse, and returns the error.
+async fn refused(broker: NatsBroker) -> Error {
+    let err = start(broker, |b| {
+        b.include(
+            CoreSubject::new("notices.sent").handler(Scripted::always(HandlerOutcome::ack())),
+        );
+    })
+    .await
+    .expect_err("the app refuses to start");
+    assert_eq!(err.kind(), ErrorKind::Connect, "{err}");
+    err
+}
+
+/// The error names `server` and says `fix`; neither it nor any log line shows `secret`.
+fn assert_refusal(err: &Error, server: &NatsServer, fix: &str, secret: &str) {
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("127.0.0.1:{}", server.port())),
+        "the error names the server: {message}"
+    );
+    assert!(message.contains(fix), "the error says `{fix}`: {message}");
+    assert_never_shown(
+        &capture(),
+        secret,
+        &[("Display", message.clone()), ("Debug", format!("{err:?}"))],
+    );
+}
+
+#[tokio::test]
+async fn user_and_password() {
+    capture();
+    let secret = "pa55-Word/for?alice";
+    let server = NatsServer::builder()
+        .config(format!(
+            "authorization {{ user: alice, password: \"{secret}\" }}"
+        ))
+        .start();
+    serves(
+        &server,
+        NatsBroker::new(server.url()).user_and_password("alice", secret),
+        async_nats::ConnectOptions::with_user_and_password("alice".into(), secret.into()),
+    )
+    .await;
+    let wrong = "not-Alices-Password";
+    let err = refused(NatsBroker::new(server.url()).user_and_password("alice", wrong)).await;
+    assert_refusal(&err, &server, "refused the user and password", wrong);
+}
+
+#[tokio::test]
+async fn token() {
+    capture();
+    let secret = "S3rvice-Token-0a9b";
+    let server = NatsServer::builder()
+        .config(format!("authorization {{ token: \"{secret}\" }}"))
+        .start();
+    serves(
+        &server,
+        NatsBroker::new(server.url()).token(secret),
+        async_nats::ConnectOptions::with_token(secret.into()),
+    )
+    .await;
+    let wrong = "Wrong-Token-77";
+    let err = refused(NatsBroker::new(server.url()).token(wrong)).await;
+    assert_refusal(&err, &server, "refused the token", wrong);
+}
+
+#[tokio::test]
+async fn nkey_seed() {
+    capture();
+    let user = nkeys::KeyPair::new_user();
+    let seed = user.seed().expect("a seed");
+    let server = NatsServer::builder()
+        .config(format!(
+            "authorization {{ users: [ {{ nkey: \"{}\" }} ] }}",
+            user.public_key()
+        ))
+        .start();
+    serves(
+        &server,
+        NatsBroker::new(server.url()).nkey(seed.clone()),
+        async_nats::ConnectOptions::with_nkey(seed.clone()),
+    )
+    .await;
+    let stranger = nkeys::KeyPair::new_user().seed().expect("a seed");
+    let err = refused(NatsBroker::new(server.url()).nkey(stranger.clone())).await;
+    assert_refusal(&err, &server, "refused the NKey seed", &stranger);
+    assert_never_shown(&capture(), &seed, &[]);
+}
+
+#[tokio::test]
+async fn credentials_file() {
+    capture();
+    let operator = Operator::new();
+    let server = NatsServer::builder()
+        .jetstream(false)
+        .config(operator.server_config())
+        .start();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (creds, seed) = operator.user_creds(dir.path(), "app", None);
+    let (test_creds, _) = operator.user_creds(dir.path(), "test", None);
+    serves(
+        &server,
+        NatsBroker::new(server.url()).credentials_file(&creds),
+        async_nats::ConnectOptions::with_credentials_file(test_creds)
+            .await
+            .expect("the test's credentials"),
+    )
+    .await;
+
+    // A user of an account the server does not know.
+    let stranger = Operator::new();
+    let (foreign, foreign_seed) = stranger.user_creds(dir.path(), "stranger", None);
+    let err = refused(NatsBroker::new(server.url()).credentials_file(&foreign)).await;
+    assert_refusal(&err, &server, "refused the credentials file", &foreign_seed);
+    assert_never_shown(&capture(), &seed, &[]);
+
+    // A file that is not there.
+    let missing = dir.path().join("missing.creds");
+    let err = start(
+        NatsBroker::new(server.url()).credentials_file(&missing),
+        |b| {
+            b.include(
+                CoreSubject::new("notices.sent").handler(Scripted::always(HandlerOutcome::ack())),
+            );
+        },
+    )
+    .await
+    .expect_err("no credentials file");
+    assert_eq!(err.kind(), ErrorKind::Config);
+    assert!(err.to_string().contains("missing.creds"), "{err}");
+}
+
+#[tokio::test]
+async fn tls_with_a_ca_the_test_generates() {
+    capture();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let pki = Pki::new(dir.path());
+    let server = NatsServer::builder()
+        .config(format!(
+            "tls {{ cert_file: \"{}\", key_file: \"{}\" }}",
+            pki.server_cert.display(),
+            pki.server_key.display()
+        ))
+        .start();
+    serves(
+        &server,
+        NatsBroker::new(server.url())
+            .root_certificate(&pki.ca)
+            .require_tls(true),
+        async_nats::ConnectOptions::new()
+            .add_root_certificates(pki.ca.clone())
+            .require_tls(true),
+    )
+    .await;
+
+    // Another CA: the server's certificate is not trusted.
+    let other = Pki::new(&dir.path().join("other"));
+    let err = refused(
+        NatsBroker::new(server.url())
+            .root_certificate(&other.ca)
+            .require_tls(true),
+    )
+    .await;
+    assert_refusal(&err, &server, ".root_certificate(..)", "-----BEGIN");
+}
+
+#[tokio::test]
+async fn mutual_tls() {
+    capture();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let pki = Pki::new(dir.path());
+    let server = NatsServer::builder()
+        .config(format!(
+            "tls {{ cert_file: \"{}\", key_file: \"{}\", ca_file: \"{}\", verify: true }}",
+            pki.server_cert.display(),
+            pki.server_key.display(),
+            pki.ca.display()
+        ))
+        .start();
+    serves(
+        &server,
+        NatsBroker::new(server.url())
+            .root_certificate(&pki.ca)
+            .client_certificate(&pki.client_cert, &pki.client_key),
+        async_nats::ConnectOptions::new()
+            .add_root_certificates(pki.ca.clone())
+            .add_client_certificate(pki.client_cert.clone(), pki.client_key.clone()),
+    )
+    .await;
+
+    // No client certificate: the server refuses the handshake.
+    let err = refused(NatsBroker::new(server.url()).root_certificate(&pki.ca)).await;
+    assert_refusal(&err, &server, ".client_certificate(..)", "-----BEGIN");
+
+    // A client certificate from another CA.
+    let other = Pki::new(&dir.path().join("other"));
+    let err = refused(
+        NatsBroker::new(server.url())
+            .root_certificate(&pki.ca)
+            .client_certificate(&other.client_cert, &other.client_key),
+    )
+    .await;
+    assert_refusal(&err, &server, ".client_certificate(..)", "-----BEGIN");
+}
+
+/// Credentials that expire while the app runs: an error log names the broker.
+#[tokio::test]
+async fn credentials_that_expire_while_running_are_reported() {
+    let captured = capture();
+    let operator = Operator::new();
+    let server = NatsServer::builder()
+        .jetstream(false)
+        .config(operator.server_config())
+        .start();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (creds, _) = operator.user_creds(dir.path(), "expiring", Some(Duration::from_secs(3)));
+    let app = start(
+        NatsBroker::new(server.url()).credentials_file(&creds),
+        |b| {
+            b.include(
+                CoreSubject::new("notices.sent").handler(Scripted::always(HandlerOutcome::ack())),
+            );
+        },
+    )
+    .await
+    .expect("the app starts before its credentials expire");
+    let broker = format!("broker=nats://127.0.0.1:{}", server.port());
+    let lines = eventually(PATIENCE, "the expiry reported", || {
+        let lines = captured.lines_with(&["ERROR", &broker, "no longer accepts"]);
+        async move { (!lines.is_empty()).then_some(lines) }
+    })
+    .await;
+    assert!(lines[0].contains("renew"), "{}", lines[0]);
+    let _ = app.stop().await;
+}
+
+/// Certificates for TLS: a CA, a server certificate for 127.0.0.1 and a client certificate,
+/// as PEM files in a directory.
+struct Pki {
+    ca: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+impl Pki {
+    fn new(dir: &Path) -> Self {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
+        std::fs::create_dir_all(dir).expect("the directory");
+        let write = |name: &str, contents: String| {
+            let path = dir.join(name);
+            std::fs::write(&path, contents).expect("a PEM file");
+            path
+        };
+        let ca_key = KeyPair::generate().expect("a key");
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::CrlSign,
+        ];
+        let ca = ca_params.self_signed(&ca_key).expect("the CA");
+
+        let server_key = KeyPair::generate().expect("a key");
+        let mut server_params =
+            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+                .expect("params");
+        server_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let server = server_params
+            .signed_by(&server_key, &ca, &ca_key)
+            .expect("the server certificate");
+
+        let client_key = KeyPair::generate().expect("a key");
+        let mut client_params =
+            CertificateParams::new(vec!["ruststream-app".to_owned()]).expect("params");
+        client_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let client = client_params
+            .signed_by(&client_key, &ca, &ca_key)
+            .expect("the client certificate");
+
+        Self {
+            ca: write("ca.pem", ca.pem()),
+            server_cert: write("server.pem", server.pem()),
+            server_key: write("server-key.pem", server_key.serialize_pem()),
+            client_cert: write("client.pem", client.pem()),
+            client_key: write("client-key.pem", client_key.serialize_pem()),
+        }
+    }
+}
+
+/// A NATS operator and one account, issuing user JWTs (decentralized authentication).
+struct Operator {
+    operator: nkeys::KeyPair,
+    account: nkeys::KeyPair,
+}
+
+impl Operator {
+    fn new() -> Self {
+        Self {
+            operator: nkeys::KeyPair::new_operator(),
+            account: nkeys::KeyPair::new_account(),
+        }
+    }
+
+    /// A server configuration trusting the operator, with the account preloaded.
+    fn server_config(&self) -> String {
+        let op = self.operator.public_key();
+        let acc = self.account.public_key();
+        let operator_jwt = jwt(
+            &self.operator,
+            &op,
+            "operator",
+            serde_json::json!({ "type": "operator", "version": 2 }),
+            None,
+        );
+        let account_jwt = jwt(
+            &self.operator,
+            &acc,
+            "account",
+            serde_json::json!({
+                "limits": {
+                    "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+                    "wildcards": true, "conn": -1, "leaf": -1
+                },
+                "default_permissions": { "pub": {}, "sub": {} },
+                "type": "account",
+                "version": 2
+            }),
+            None,
+        );
+        format!(
+            "operator: \"{operator_jwt}\"\nresolver: MEMORY\nresolver_preload: {{\n  {acc}: \"{account_jwt}\"\n}}\n"
+        )
+    }
+
+    /// A `.creds` file for a new user of the account (expiring after `ttl`), and its seed.
+    fn user_creds(&self, dir: &Path, name: &str, ttl: Option<Duration>) -> (PathBuf, String) {
+        let user = nkeys::KeyPair::new_user();
+        let seed = user.seed().expect("a seed");
+        let user_jwt = jwt(
+            &self.account,
+            &user.public_key(),
+            name,
+            serde_json::json!({
+                "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+                "type": "user", "version": 2
+            }),
+            ttl,
+        );
+        let creds = format!(
+            "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n\
+             ************************* IMPORTANT *************************\n\
+             NKEY Seed printed below can be used to sign and prove identity.\n\
+             NKEYs are sensitive and should be treated as secrets.\n\n\
+             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n\
+             *************************************************************\n"
+        );
+        let path = dir.join(format!("{name}.creds"));
+        std::fs::write(&path, creds).expect("the creds file");
+        (path, seed)
+    }
+}
+
+/// A NATS JWT about `subject`, signed by `issuer`.
+fn jwt(
+    issuer: &nkeys::KeyPair,
+    subject: &str,
+    name: &str,
+    nats: serde_json::Value,
+    ttl: Option<Duration>,
+) -> String {
+    let b64 = |bytes: &[u8]| data_encoding::BASE64URL_NOPAD.encode(bytes);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    let mut claims = serde_json::json!({
+        "jti": b64(format!("{subject}-{now}-{name}").as_bytes()),
+        "iat": now,
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    });
+    if let Some(ttl) = ttl {
+        claims["exp"] = serde_json::json!(now + ttl.as_secs());
+    }
+    let header = b64(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let body = b64(claims.to_string().as_bytes());
+    let signing_input = format!("{header}.{body}");
+    let signature = issuer.sign(signing_input.as_bytes()).expect("a signature");
+    format!("{signing_input}.{}", b64(&signature))
+}
