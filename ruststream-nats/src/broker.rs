@@ -12,7 +12,7 @@ use ruststream::{Broker, Endpoint, Env, Error, ErrorKind, RunningBroker};
 use tokio::sync::watch;
 
 use crate::JetStreamSubject;
-use crate::copies::Copies;
+use crate::copies::{Copies, DEFAULT_MAX_DELAYED_COPIES};
 use crate::events::Events;
 use crate::executor::Executor;
 use crate::options::{Auth, ConnectionOptions, split_credentials};
@@ -46,6 +46,8 @@ const DEFAULT_BATCH: usize = 64;
 /// ```
 #[derive(Clone)]
 pub struct NatsBroker {
+    /// The most `retry_after` Core copies waiting at once.
+    max_delayed_copies: usize,
     /// The URL without its credentials (they are in `options.auth`).
     url: String,
     /// The servers of the URL, without credentials: what async-nats is given.
@@ -62,6 +64,7 @@ impl fmt::Debug for NatsBroker {
             .field("url", &self.url)
             .field("options", &self.options)
             .field("streams", &self.streams)
+            .field("max_delayed_copies", &self.max_delayed_copies)
             .finish()
     }
 }
@@ -83,6 +86,7 @@ impl NatsBroker {
             ..ConnectionOptions::default()
         };
         Self {
+            max_delayed_copies: DEFAULT_MAX_DELAYED_COPIES,
             url: split.servers.join(","),
             servers: split.servers,
             url_problem: split.problem,
@@ -158,6 +162,14 @@ impl NatsBroker {
     /// fast publisher can take; at least 1.
     pub fn subscription_capacity(mut self, capacity: usize) -> Self {
         self.options.subscription_capacity = Some(capacity);
+        self
+    }
+
+    /// How many `retry_after` copies of Core messages may wait on their timers at once
+    /// (10 000 by default). Each holds its message in memory; past the bound a copy is refused
+    /// and an error logged: the message is lost, as Core NATS is at most once.
+    pub fn max_delayed_copies(mut self, max: usize) -> Self {
+        self.max_delayed_copies = max;
         self
     }
 
@@ -311,7 +323,9 @@ impl Broker for NatsBroker {
                 }
             }
 
-            let copies = Arc::new(Copies::new(Arc::clone(&transport)));
+            let copies = Arc::new(
+                Copies::new(Arc::clone(&transport)).with_max_waiting(self.max_delayed_copies),
+            );
             let publisher = Arc::new(NatsPublisher::new(Arc::clone(&transport)));
             let (stop, signal) = watch::channel(None);
             tokio::spawn(Arc::clone(&events).report_until_stopped(signal.clone()));

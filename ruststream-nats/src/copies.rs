@@ -5,6 +5,12 @@
 //! attempt it came from, and goes to the registration's `retry_to` subject or the descriptor's
 //! own. A `retry()` copy is published at once; a `retry_after(d)` copy waits for `d` on a timer
 //! inside the process, so a stop before the timer fires loses it (the drain logs how many).
+//!
+//! Copies waiting on a timer hold their payload in memory, so their number is bounded
+//! ([`DEFAULT_MAX_DELAYED_COPIES`], or the broker's `.max_delayed_copies(..)`). Past it a
+//! `retry_after` copy is refused: the message is lost, as any Core message the app does not
+//! handle, and an error says so (at most one line per 10 s, with how many were refused). Losing
+//! the newest copy rather than an older one or the process keeps the app serving.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,11 +21,15 @@ use ruststream::settle::RetryCopy;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::rate::RateLimited;
 use crate::transport::Transport;
 
 /// The header a Core retry copy carries: the attempt it came from (`1` on the first copy). The
 /// copy arrives as attempt `count + 1`.
 pub const RETRY_COUNT_HEADER: &str = "x-ruststream-retry-count";
+
+/// How many `retry_after` copies may wait on their timers at once, by default.
+pub(crate) const DEFAULT_MAX_DELAYED_COPIES: usize = 10_000;
 
 /// How long a stop waits for copies whose timer already fired to be published.
 const PUBLISHING_GRACE: Duration = Duration::from_secs(2);
@@ -30,6 +40,10 @@ pub(crate) struct Copies {
     timers: Mutex<JoinSet<()>>,
     /// Copies whose timer has not fired yet.
     waiting: Arc<AtomicUsize>,
+    /// The most copies that may wait at once.
+    max_waiting: usize,
+    /// Copies refused for the bound, logged at most once per period.
+    refused: RateLimited,
     closed: watch::Sender<bool>,
 }
 
@@ -39,8 +53,16 @@ impl Copies {
             transport,
             timers: Mutex::new(JoinSet::new()),
             waiting: Arc::new(AtomicUsize::new(0)),
+            max_waiting: DEFAULT_MAX_DELAYED_COPIES,
+            refused: RateLimited::new(),
             closed: watch::Sender::new(false),
         }
+    }
+
+    /// At most `max` copies wait on their timers at once.
+    pub(crate) fn with_max_waiting(mut self, max: usize) -> Self {
+        self.max_waiting = max;
+        self
     }
 
     /// Publishes a copy of `delivery` to `target` now, or after `copy.after` from a timer.
@@ -78,8 +100,25 @@ impl Copies {
         let registration = Arc::clone(registration);
         let target = Arc::clone(target);
         let waiting = Arc::clone(&self.waiting);
+        let max = self.max_waiting;
+        if waiting
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_err()
+        {
+            if let Some(not_logged) = self.refused.check() {
+                tracing::error!(
+                    registration = %registration,
+                    retry_to = %target,
+                    waiting = max,
+                    refused_since_last_line = not_logged,
+                    "a delayed retry copy was refused: as many as the broker allows already wait on their timers; the message is lost (Core NATS is at most once); raise `.max_delayed_copies(..)` on the broker, retry sooner, or use JetStream"
+                );
+            }
+            return;
+        }
         let mut closed = self.closed.subscribe();
-        waiting.fetch_add(1, Ordering::SeqCst);
         let mut timers = self.timers.lock().unwrap_or_else(PoisonError::into_inner);
         while timers.try_join_next().is_some() {}
         timers.spawn(async move {

@@ -172,7 +172,7 @@ impl Events {
                 subject = %dropped.subject,
                 dropped = new,
                 total = dropped.count,
-                "the client dropped Core messages: the handlers do not keep up and the subscription's buffer is full (slow consumer); raise `.subscription_capacity(..)` on the broker, handle faster, or use JetStream"
+                "the client dropped Core messages (at least this many: async-nats may not report every drop of a burst): the handlers do not keep up and the subscription's buffer is full (slow consumer); raise `.subscription_capacity(..)` on the broker, add `.concurrency(..)`, handle faster, or use JetStream"
             );
         }
     }

@@ -10,6 +10,7 @@ mod jetstream_info;
 mod keys;
 mod options;
 mod publish;
+mod rate;
 mod running;
 mod source;
 mod subject;
