@@ -18,8 +18,10 @@ pub(crate) struct RateLimited {
 }
 
 impl RateLimited {
-    pub(crate) fn new() -> Self {
-        Self::default()
+    pub(crate) const fn new() -> Self {
+        Self {
+            state: Mutex::new(None),
+        }
     }
 
     /// Whether to log this occurrence: `Some(n)` with the `n` occurrences not logged since the

@@ -32,6 +32,7 @@ use crate::JetStreamInfo;
 use crate::copies::RETRY_COUNT_HEADER;
 use crate::executor::{Executor, Incoming};
 use crate::publish::NatsPublisher;
+use crate::rate::RateLimited;
 use crate::transport::{MessageStream, RawMessage, Subscription, TransportError, Unsubscribe};
 
 /// How long a source waits after the transport reported an error, so a failing connection does
@@ -332,10 +333,11 @@ impl Source {
     }
 
     fn incoming(&self, raw: RawMessage) -> Incoming {
-        incoming(
+        incoming_capped(
             raw,
             self.endpoint.info().descriptor.model,
             self.endpoint.name(),
+            self.endpoint.policy().max_attempts,
         )
     }
 }
@@ -383,7 +385,19 @@ async fn stopping(mut stop: StopSignal) -> Instant {
 }
 
 /// A wire message as a delivery of `model`.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn incoming(raw: RawMessage, model: DeliveryModel, registration: &str) -> Incoming {
+    incoming_capped(raw, model, registration, None)
+}
+
+/// [`incoming`] for a registration whose cap is `cap`: a Core retry-count header never puts a
+/// delivery past it.
+pub(crate) fn incoming_capped(
+    raw: RawMessage,
+    model: DeliveryModel,
+    registration: &str,
+    cap: Option<NonZeroU32>,
+) -> Incoming {
     let RawMessage {
         subject,
         reply,
@@ -415,7 +429,7 @@ pub(crate) fn incoming(raw: RawMessage, model: DeliveryModel, registration: &str
         }
         // Core, and anything a later model might be: the publisher's reply subject is kept.
         _ => {
-            let attempt = core_attempt(&headers, &subject, registration);
+            let attempt = core_attempt(&headers, &subject, registration, cap);
             let delivery = Delivery::new(subject, payload)
                 .with_headers(headers)
                 .with_reply(reply)
@@ -428,25 +442,58 @@ pub(crate) fn incoming(raw: RawMessage, model: DeliveryModel, registration: &str
     }
 }
 
-/// A Core message's attempt: its retry-count header plus one, 1 without it. A malformed header
-/// is logged and counts as attempt 1: the message is never dropped for it.
-fn core_attempt(headers: &ruststream::Headers, subject: &str, registration: &str) -> NonZeroU32 {
+/// Malformed or out-of-range retry-count headers, logged at most once per period.
+static FORGED_RETRY_COUNT: RateLimited = RateLimited::new();
+
+/// A Core message's attempt: its retry-count header plus one, 1 without it.
+///
+/// The header comes from whoever published the message, so it is not trusted further than
+/// this: a malformed value (negative, not a number, larger than `u32`) counts as attempt 1, and
+/// a count at or past the registration's cap counts as the cap, so the message is handled once
+/// before the cap applies, never refused unhandled. Both are logged, at most once per 10 s with
+/// how many were not logged, so a publisher cannot flood the log.
+fn core_attempt(
+    headers: &ruststream::Headers,
+    subject: &str,
+    registration: &str,
+    cap: Option<NonZeroU32>,
+) -> NonZeroU32 {
     let Some(value) = headers.get(RETRY_COUNT_HEADER) else {
         return NonZeroU32::MIN;
     };
-    match value.trim().parse::<u32>() {
+    let attempt = match value.trim().parse::<u32>() {
         Ok(count) => NonZeroU32::MIN.saturating_add(count),
         Err(err) => {
-            tracing::warn!(
-                registration,
-                subject,
-                header = RETRY_COUNT_HEADER,
-                value,
-                %err,
-                "a malformed retry-count header; the message is handled as attempt 1"
-            );
-            NonZeroU32::MIN
+            if let Some(not_logged) = FORGED_RETRY_COUNT.check() {
+                tracing::warn!(
+                    registration,
+                    subject,
+                    header = RETRY_COUNT_HEADER,
+                    value = %value.chars().take(32).collect::<String>(),
+                    %err,
+                    not_logged,
+                    "a malformed retry-count header; the message is handled as attempt 1"
+                );
+            }
+            return NonZeroU32::MIN;
         }
+    };
+    match cap {
+        Some(cap) if attempt > cap => {
+            if let Some(not_logged) = FORGED_RETRY_COUNT.check() {
+                tracing::warn!(
+                    registration,
+                    subject,
+                    header = RETRY_COUNT_HEADER,
+                    value,
+                    cap = cap.get(),
+                    not_logged,
+                    "a retry-count header past the registration's cap (not a copy this app published); the message is handled once, as its last attempt"
+                );
+            }
+            cap
+        }
+        _ => attempt,
     }
 }
 
@@ -506,5 +553,30 @@ mod tests {
         let bad: Headers = [(RETRY_COUNT_HEADER, "two")].into_iter().collect();
         let malformed = incoming(raw(None, bad), DeliveryModel::Core, "r");
         assert_eq!(malformed.delivery.attempt().get(), 1);
+    }
+
+    #[test]
+    fn a_forged_retry_count_never_goes_past_the_cap() {
+        let cap = NonZeroU32::new(3);
+        let attempt = |value: &str| {
+            let headers: Headers = [(RETRY_COUNT_HEADER, value)].into_iter().collect();
+            incoming_capped(raw(None, headers), DeliveryModel::Core, "r", cap)
+                .delivery
+                .attempt()
+                .get()
+        };
+        assert_eq!(attempt("1"), 2);
+        assert_eq!(attempt("2"), 3);
+        // At or past the cap: handled once, as the last attempt.
+        assert_eq!(attempt("3"), 3);
+        assert_eq!(attempt("4294967295"), 3);
+        // Malformed: a first attempt.
+        for forged in ["-1", "99999999999999999999", "NaN", "", " 1 2", "0x10"] {
+            assert_eq!(attempt(forged), 1, "{forged:?}");
+        }
+        // Without a cap, the count stands (saturating).
+        let headers: Headers = [(RETRY_COUNT_HEADER, "4294967295")].into_iter().collect();
+        let uncapped = incoming(raw(None, headers), DeliveryModel::Core, "r");
+        assert_eq!(uncapped.delivery.attempt().get(), u32::MAX);
     }
 }
