@@ -1,7 +1,8 @@
 //! Core retry copies: how a Core message comes back, since the server keeps nothing to deliver
 //! again.
 //!
-//! A copy carries the delivery's payload and headers, with [`RETRY_COUNT_HEADER`] set to the
+//! A copy carries the delivery's payload and headers (less the server's `Nats-*` control
+//! headers, see [`without_server_headers`]), with [`RETRY_COUNT_HEADER`] set to the
 //! attempt it came from, and goes to the registration's `retry_to` subject or the descriptor's
 //! own. A `retry()` copy is published at once; a `retry_after(d)` copy waits for `d` on a timer
 //! inside the process, so a stop before the timer fires loses it (the drain logs how many).
@@ -73,7 +74,7 @@ impl Copies {
         delivery: &Delivery,
         copy: RetryCopy,
     ) {
-        let mut headers = delivery.headers().clone();
+        let mut headers = without_server_headers(delivery.headers());
         headers.insert(RETRY_COUNT_HEADER, copy.retry_count.to_string());
         let payload = delivery.payload().clone();
         if copy.after.is_zero() {
@@ -147,6 +148,23 @@ impl Copies {
         }
         self.waiting.swap(0, Ordering::SeqCst)
     }
+}
+
+/// `headers` without the ones NATS reserves for the server (`Nats-*`: `Nats-Msg-Id`,
+/// `Nats-Expected-*`, `Nats-Rollup`, `Nats-TTL`, ...), which tell the server what to do with the
+/// original publish: on a copy or a dead letter they would make the server drop it as a
+/// duplicate, refuse it, or purge a stream. Every other header is kept, in order.
+pub(crate) fn without_server_headers(headers: &ruststream::Headers) -> ruststream::Headers {
+    let mut kept = ruststream::Headers::new();
+    for (name, value) in headers.iter() {
+        let reserved = name
+            .get(..5)
+            .is_some_and(|prefix| prefix.eq_ignore_ascii_case("nats-"));
+        if !reserved {
+            kept.append(name, value);
+        }
+    }
+    kept
 }
 
 async fn until_closed(closed: &mut watch::Receiver<bool>) {

@@ -11,7 +11,7 @@ use ruststream::registration::{Handled, RegistrationInfo};
 use ruststream::settle::{AckKind, Decision, DeliveryModel, Settle};
 use ruststream::{AckError, Delivery, Headers};
 
-use crate::copies::Copies;
+use crate::copies::{Copies, without_server_headers};
 use crate::transport::{Transport, TransportError, TransportErrorKind};
 
 /// The wire form of `kind`; the common ones without an allocation.
@@ -172,14 +172,15 @@ impl Executor {
         Ok(())
     }
 
-    /// The delivery as it arrived, payload and headers unchanged, to `subject`: stored when a
-    /// stream stores the subject, else a Core publish confirmed by a flush.
+    /// The delivery as it arrived, payload and the user's headers unchanged (the server's
+    /// `Nats-*` control headers are not copied), to `subject`: stored when a stream stores the
+    /// subject, else a Core publish confirmed by a flush.
     async fn publish_dead_letter(
         &self,
         subject: &Arc<str>,
         delivery: &Delivery,
     ) -> Result<(), TransportError> {
-        let headers = delivery.headers().clone();
+        let headers = without_server_headers(delivery.headers());
         let payload = delivery.payload().clone();
         let stored = match self.transport.stream_by_subject(subject).await {
             Ok(Some(_)) => true,
