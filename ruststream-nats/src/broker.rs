@@ -46,6 +46,8 @@ const DEFAULT_BATCH: usize = 64;
 /// ```
 #[derive(Clone)]
 pub struct NatsBroker {
+    /// Whether undecodable payloads are logged with the decoder's whole message.
+    log_payload_values: bool,
     /// The most `retry_after` Core copies waiting at once.
     max_delayed_copies: usize,
     /// The URL without its credentials (they are in `options.auth`).
@@ -65,6 +67,7 @@ impl fmt::Debug for NatsBroker {
             .field("options", &self.options)
             .field("streams", &self.streams)
             .field("max_delayed_copies", &self.max_delayed_copies)
+            .field("log_payload_values", &self.log_payload_values)
             .finish()
     }
 }
@@ -86,6 +89,7 @@ impl NatsBroker {
             ..ConnectionOptions::default()
         };
         Self {
+            log_payload_values: false,
             max_delayed_copies: DEFAULT_MAX_DELAYED_COPIES,
             url: split.servers.join(","),
             servers: split.servers,
@@ -170,6 +174,16 @@ impl NatsBroker {
     /// and an error logged: the message is lost, as Core NATS is at most once.
     pub fn max_delayed_copies(mut self, max: usize) -> Self {
         self.max_delayed_copies = max;
+        self
+    }
+
+    /// Whether the warning about a payload that does not decode quotes the decoder's whole
+    /// message, which may quote values from the payload (a card number, an address): `false` by
+    /// default, when it says only the type, the kind of error and where it happened
+    /// (`invalid type (at line 1 column 24)`). Turn it on where payloads are not sensitive, to
+    /// see the value at fault.
+    pub fn log_payload_values(mut self, quote: bool) -> Self {
+        self.log_payload_values = quote;
         self
     }
 
@@ -309,6 +323,7 @@ impl Broker for NatsBroker {
                     })?;
             }
             check_streams(&*transport, &endpoints).await?;
+            warn_unstored_dead_letters(&*transport, &endpoints).await;
 
             let mut opened: Vec<(Endpoint, Subscription)> = Vec::new();
             for endpoint in endpoints {
@@ -331,11 +346,10 @@ impl Broker for NatsBroker {
             tokio::spawn(Arc::clone(&events).report_until_stopped(signal.clone()));
             let mut sources = Vec::with_capacity(opened.len());
             for (endpoint, (messages, unsubscribe)) in opened {
-                let executor = Arc::new(Executor::new(
-                    Arc::clone(&transport),
-                    Arc::clone(&copies),
-                    endpoint.info(),
-                ));
+                let executor = Arc::new(
+                    Executor::new(Arc::clone(&transport), Arc::clone(&copies), endpoint.info())
+                        .with_payload_values_in_logs(self.log_payload_values),
+                );
                 let batch = if endpoint.is_batch() {
                     batch_size(&endpoint)
                 } else {
@@ -412,6 +426,36 @@ async fn check_streams(transport: &dyn Transport, endpoints: &[Endpoint]) -> Res
         }
     }
     Ok(())
+}
+
+/// A JetStream registration whose dead-letter subject no stream stores: the dead letter is a
+/// Core publish (confirmed by a flush) that only a subscriber listening at that moment
+/// receives, while the original is terminated. Said once at startup, as a warning; the app
+/// still starts, since a service listening on that subject is a legitimate design.
+async fn warn_unstored_dead_letters(transport: &dyn Transport, endpoints: &[Endpoint]) {
+    for endpoint in endpoints {
+        let info = endpoint.info();
+        if info.descriptor.model != DeliveryModel::JetStream {
+            continue;
+        }
+        let Some(dead_letter) = info.policy.dead_letter.as_deref() else {
+            continue;
+        };
+        match transport.stream_by_subject(dead_letter).await {
+            Ok(Some(_)) => {}
+            Ok(None) => tracing::warn!(
+                registration = %info.name,
+                dead_letter,
+                "no stream stores the dead-letter subject: a dead letter is a Core publish that only a subscriber listening at that moment receives, and the original is terminated all the same; store it in a stream (`nats stream add DEAD --subjects \"{dead_letter}\"`, or `.declare_stream(\"DEAD\", [\"{dead_letter}\"])` on the broker)"
+            ),
+            Err(err) => tracing::debug!(
+                registration = %info.name,
+                dead_letter,
+                %err,
+                "cannot ask which stream stores the dead-letter subject"
+            ),
+        }
+    }
 }
 
 /// Subscribes (Core) or opens the pull consumer (JetStream) of `endpoint`.

@@ -44,6 +44,9 @@ pub(crate) struct Executor {
     copy_target: Option<Arc<str>>,
     /// Whether the one warning about Core settlements was logged.
     warned_unsupported: AtomicBool,
+    /// Whether an undecodable payload's log line quotes the decoder's whole message (which
+    /// may quote payload values) rather than its kind and position only.
+    log_payload_values: bool,
 }
 
 impl Executor {
@@ -61,7 +64,15 @@ impl Executor {
             dead_letter: info.policy.dead_letter.as_deref().map(Arc::from),
             copy_target: info.copy_target().map(Arc::from),
             warned_unsupported: AtomicBool::new(false),
+            log_payload_values: false,
         }
+    }
+
+    /// Quotes the decoder's whole message when a payload does not decode (`true`), or only the
+    /// error's kind and position (`false`, the default).
+    pub(crate) fn with_payload_values_in_logs(mut self, quote: bool) -> Self {
+        self.log_payload_values = quote;
+        self
     }
 
     /// Logs what the handler said when it needs saying, then carries out `decision`.
@@ -235,7 +246,11 @@ impl Executor {
             Handled::Undecodable(error) => tracing::warn!(
                 registration = %self.registration,
                 subject = delivery.subject(),
-                %error,
+                error = %if self.log_payload_values {
+                    error.clone()
+                } else {
+                    decode_error_shape(error)
+                },
                 dead_letter = decision.dead_letter,
                 "the payload does not decode; it is not retried"
             ),
@@ -260,6 +275,58 @@ impl Executor {
             ),
         }
     }
+}
+
+/// A decode error's message without anything it quotes from the payload: the type it was
+/// meant to become, the kind of error (the words before the first quote, colon or comma) and
+/// where in the payload it happened.
+///
+/// `the payload does not decode as app::Payment: invalid type: string "4111 1111", expected u64
+/// at line 1 column 24` becomes `the payload does not decode as app::Payment: invalid type (at
+/// line 1 column 24)`.
+pub(crate) fn decode_error_shape(message: &str) -> String {
+    const PREFIX: &str = "the payload does not decode as ";
+    let (target, reason) = match message.strip_prefix(PREFIX) {
+        // A type name holds `::` but never `: `.
+        Some(rest) => match rest.split_once(": ") {
+            Some((target, reason)) => (Some(target), reason),
+            None => (Some(rest), ""),
+        },
+        None => (None, message),
+    };
+    let position = reason
+        .rfind(" at line ")
+        .map(|at| &reason[at + 1..])
+        .filter(|tail| {
+            tail.split_ascii_whitespace().all(|word| {
+                word == "at"
+                    || word == "line"
+                    || word == "column"
+                    || word.bytes().all(|b| b.is_ascii_digit())
+            })
+        });
+    let body = position.map_or(reason, |tail| &reason[..reason.len() - tail.len() - 1]);
+    let kind: String = body
+        .split(['"', '`', '\'', ':', ',', '(', '['])
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(64)
+        .collect();
+    let kind = kind.trim();
+    let kind = if kind.is_empty() {
+        "malformed payload"
+    } else {
+        kind
+    };
+    let mut shape = match target {
+        Some(target) => format!("{PREFIX}{target}: {kind}"),
+        None => kind.to_owned(),
+    };
+    if let Some(position) = position {
+        shape.push_str(&format!(" ({position})"));
+    }
+    shape
 }
 
 #[cfg(test)]
@@ -480,6 +547,34 @@ mod tests {
         // The copy; the settlement is unsupported on Core and only logged.
         assert_eq!(wire.sent(), ["pub orders.created {}"]);
         assert!(executor.warned_unsupported.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_decode_error_keeps_its_kind_and_position_only() {
+        let shape = |m: &str| decode_error_shape(m);
+        assert_eq!(
+            shape(
+                "the payload does not decode as app::Payment: invalid type: string \"4111 1111 1111 1111\", expected u64 at line 1 column 24"
+            ),
+            "the payload does not decode as app::Payment: invalid type (at line 1 column 24)"
+        );
+        assert_eq!(
+            shape(
+                "the payload does not decode as app::Kind: unknown variant `secret-plan`, expected one of `a`, `b` at line 1 column 13"
+            ),
+            "the payload does not decode as app::Kind: unknown variant (at line 1 column 13)"
+        );
+        assert_eq!(
+            shape(
+                "the payload does not decode as alloc::vec::Vec<u8>: expected value at line 1 column 1"
+            ),
+            "the payload does not decode as alloc::vec::Vec<u8>: expected value (at line 1 column 1)"
+        );
+        assert_eq!(
+            shape("the payload does not decode as T: missing field `id` at line 1 column 2"),
+            "the payload does not decode as T: missing field (at line 1 column 2)"
+        );
+        assert_eq!(shape("\"secret\""), "malformed payload");
     }
 
     fn executor_facts(incoming: &Incoming) -> Facts {
