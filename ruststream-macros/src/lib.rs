@@ -4,6 +4,8 @@
 //! This file only dispatches: each macro lives in its own module, which parses its input into a
 //! typed model, validates it with an error accumulator, and then generates code.
 
+#![forbid(unsafe_code)]
+
 use proc_macro::TokenStream;
 
 mod app;

@@ -56,6 +56,8 @@
 //! async-nats client: JetStream, streams and consumers as the server reports them, every message
 //! sent to some subjects ([`client::Recorder`]), and waits that poll until something holds.
 
+#![forbid(unsafe_code)]
+
 pub mod client;
 
 use std::ffi::OsString;
