@@ -7,6 +7,8 @@ mod copies;
 pub mod descriptor;
 mod events;
 mod executor;
+#[cfg(test)]
+mod fuzz;
 mod jetstream_info;
 mod keys;
 mod options;
