@@ -306,10 +306,13 @@ impl Broker for NatsBroker {
                     );
                 }
             }
-            let transport: Arc<dyn Transport> = match env.get::<TransportOverride>() {
-                Some(TransportOverride(transport)) => Arc::clone(transport),
-                None => Arc::new(self.connect(Arc::clone(&events)).await?),
-            };
+            // Only a connection of its own reports events (an override, the in-process NATS
+            // for one, has none).
+            let (transport, reports): (Arc<dyn Transport>, bool) =
+                match env.get::<TransportOverride>() {
+                    Some(TransportOverride(transport)) => (Arc::clone(transport), false),
+                    None => (Arc::new(self.connect(Arc::clone(&events)).await?), true),
+                };
             for spec in &self.streams {
                 transport
                     .declare_stream(spec.clone())
@@ -343,7 +346,9 @@ impl Broker for NatsBroker {
             );
             let publisher = Arc::new(NatsPublisher::new(Arc::clone(&transport)));
             let (stop, signal) = watch::channel(None);
-            tokio::spawn(Arc::clone(&events).report_until_stopped(signal.clone()));
+            if reports {
+                tokio::spawn(Arc::clone(&events).report_until_stopped(signal.clone()));
+            }
             let mut sources = Vec::with_capacity(opened.len());
             for (endpoint, (messages, unsubscribe)) in opened {
                 let executor = Arc::new(

@@ -32,6 +32,8 @@ struct State {
     subscriptions: HashMap<u64, Dropped>,
     /// When a refused credential was last logged, and how many times since.
     refused: Option<(Instant, u64)>,
+    /// Whether the connection was lost since it was last made.
+    disconnected: bool,
 }
 
 struct Dropped {
@@ -104,13 +106,21 @@ impl Events {
             Event::ClientError(ClientError::Other(message)) if is_credentials(&message) => {
                 self.refused(&message);
             }
-            Event::Disconnected => tracing::warn!(
-                broker = %self.broker,
-                "disconnected from NATS; reconnecting"
-            ),
+            Event::Disconnected => {
+                self.state().disconnected = true;
+                tracing::warn!(
+                    broker = %self.broker,
+                    "disconnected from NATS; reconnecting"
+                );
+            }
             Event::Connected => {
-                let refused = self.state().refused.take();
-                tracing::info!(broker = %self.broker, "connected to NATS again");
+                let mut state = self.state();
+                let again = std::mem::take(&mut state.disconnected);
+                let refused = state.refused.take();
+                drop(state);
+                if again {
+                    tracing::info!(broker = %self.broker, "connected to NATS again");
+                }
                 if refused.is_some() {
                     tracing::info!(broker = %self.broker, "the server accepts the credentials again");
                 }

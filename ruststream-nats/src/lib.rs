@@ -56,6 +56,8 @@ pub mod guides {
     pub mod consumers {}
     #[doc = include_str!("../../docs/architecture.md")]
     pub mod architecture {}
+    #[doc = include_str!("../../docs/security.md")]
+    pub mod security {}
     #[cfg(feature = "testing")]
     #[doc = include_str!("../../docs/testing.md")]
     pub mod testing {}
