@@ -50,7 +50,9 @@ pub fn capture() -> Captured {
                 .with_ansi(false)
                 .with_writer(move || writer.clone())
                 .try_init()
-                .expect("the capturing subscriber is the first one installed");
+                .expect(
+                    "the capturing subscriber must be the first one installed; run the security tests without RUST_LOG",
+                );
             captured
         })
         .clone()
