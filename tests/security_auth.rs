@@ -269,6 +269,55 @@ async fn credentials_that_expire_while_running_are_reported() {
     let _ = app.stop().await;
 }
 
+/// A user removed from the server's configuration while the app runs (the server restarted
+/// with the new configuration): the reconnect is refused, and an error log names the broker.
+#[tokio::test]
+async fn a_revoked_user_is_reported_while_running() {
+    let captured = capture();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let config = dir.path().join("nats-server.conf");
+    std::fs::write(
+        &config,
+        "authorization { users: [ { user: bob, password: \"bob-Secret-1\" } ] }",
+    )
+    .expect("the configuration");
+    let mut server = NatsServer::builder().config_file(&config).start();
+    let app = nats_support::start_with(
+        NatsBroker::new(format!(
+            "nats://bob:bob-Secret-1@127.0.0.1:{}",
+            server.port()
+        )),
+        ruststream::Env::new().with_drain_timeout(Duration::from_millis(200)),
+        |b| {
+            b.include(
+                CoreSubject::new("notices.sent").handler(Scripted::always(HandlerOutcome::ack())),
+            );
+        },
+    )
+    .await
+    .expect("the app starts");
+
+    std::fs::write(
+        &config,
+        "authorization { users: [ { user: carol, password: \"carol-Secret-2\" } ] }",
+    )
+    .expect("the new configuration");
+    server.restart();
+    let broker = format!("broker=nats://127.0.0.1:{}", server.port());
+    let lines = eventually(PATIENCE, "the revocation reported", || {
+        let lines = captured.lines_with(&["ERROR", &broker, "no longer accepts"]);
+        async move { (!lines.is_empty()).then_some(lines) }
+    })
+    .await;
+    assert!(lines[0].contains("authorization violation"), "{}", lines[0]);
+    // Stopping on a connection the server refuses waits for the drain timeout (the subscription
+    // cannot be drained): the short one set above.
+    // Stopping on a connection the server refuses waits for the drain timeout (the subscription
+    // cannot be drained): a short one, set above.
+    let _ = app.stop().await;
+    assert_never_shown(&captured, "bob-Secret-1", &[]);
+}
+
 /// Certificates for TLS: a CA, a server certificate for 127.0.0.1 and a client certificate,
 /// as PEM files in a directory.
 struct Pki {
