@@ -77,7 +77,7 @@ impl Events {
         let registrations = state
             .names
             .get(&(subject.to_owned(), queue_group.map(str::to_owned)))
-            .map_or_else(|| "(unnamed)".to_owned(), |names| names.join("`, `"));
+            .map_or_else(|| "(unnamed)".to_owned(), |names| names.join(", "));
         state.subscriptions.insert(
             sid,
             Dropped {
@@ -220,4 +220,45 @@ pub(crate) fn subscription_id(subscriber: &async_nats::Subscriber) -> Option<u64
     let after = &shown[shown.find("sid: ")? + "sid: ".len()..];
     let digits = after.split(|c: char| !c.is_ascii_digit()).next()?;
     digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drops_are_counted_for_the_registrations_reading_the_subscription() {
+        let events = Events::new("nats://host:4222".to_owned());
+        events.name_registration("audit", "audit.events", None);
+        events.name_registration("audit_copy", "audit.events", None);
+        events.name_registration("grouped", "audit.events", Some("workers"));
+        events.subscribed(7, "audit.events", None);
+        events.subscribed(8, "audit.events", Some("workers"));
+        events.subscribed(9, "unknown.subject", None);
+        for _ in 0..3 {
+            events.on_event(Event::SlowConsumer(7));
+        }
+        events.on_event(Event::SlowConsumer(8));
+        // A subscription this broker did not open (a request's inbox, say): not counted.
+        events.on_event(Event::SlowConsumer(42));
+        let state = events.state();
+        let seven = &state.subscriptions[&7];
+        assert_eq!(seven.registrations, "audit, audit_copy");
+        assert_eq!(seven.count, 3);
+        assert_eq!(state.subscriptions[&8].registrations, "grouped");
+        assert_eq!(state.subscriptions[&8].count, 1);
+        assert_eq!(state.subscriptions[&9].registrations, "(unnamed)");
+        drop(state);
+        events.report_dropped();
+        let state = events.state();
+        assert_eq!(state.subscriptions[&7].reported, 3);
+    }
+
+    #[test]
+    fn refused_credentials_are_recognized() {
+        assert!(is_credentials("Authorization Violation"));
+        assert!(is_credentials("user authentication expired"));
+        assert!(is_credentials("User Authentication Revoked"));
+        assert!(!is_credentials("maximum payload exceeded"));
+    }
 }
