@@ -249,8 +249,9 @@ async fn credentials_that_expire_while_running_are_reported() {
         .start();
     let dir = tempfile::tempdir().expect("a temp dir");
     let (creds, _) = operator.user_creds(dir.path(), "expiring", Some(Duration::from_secs(3)));
-    let app = start(
+    let app = nats_support::start_with(
         NatsBroker::new(server.url()).credentials_file(&creds),
+        ruststream::Env::new().with_drain_timeout(Duration::from_millis(200)),
         |b| {
             b.include(
                 CoreSubject::new("notices.sent").handler(Scripted::always(HandlerOutcome::ack())),
@@ -266,6 +267,7 @@ async fn credentials_that_expire_while_running_are_reported() {
     })
     .await;
     assert!(lines[0].contains("renew"), "{}", lines[0]);
+    // Stopping on a connection the server refuses waits for the drain timeout: a short one.
     let _ = app.stop().await;
 }
 
