@@ -469,7 +469,7 @@ fn core_attempt(
                     registration,
                     subject,
                     header = RETRY_COUNT_HEADER,
-                    value = %value.chars().take(32).collect::<String>(),
+                    value = ?value.chars().take(32).collect::<String>(),
                     %err,
                     not_logged,
                     "a malformed retry-count header; the message is handled as attempt 1"
