@@ -35,6 +35,7 @@ pub fn expand(input: TokenStream) -> TokenStream {
         let clone = quote_spanned!(first=> ::core::clone::Clone::clone);
         let arg = quote_spanned!(last=> (&state.#ident));
         quote! {
+            #[automatically_derived]
             impl ::ruststream::FromRef<#name> for #ty {
                 fn from_ref(state: &#name) -> Self {
                     #clone #arg

@@ -3,9 +3,11 @@
 
 use proc_macro2::Span;
 use quote::ToTokens;
-use syn::{Expr, Type};
+use syn::{Expr, LitStr, Type};
 
-use super::parse::{Args, Descriptor, Handler, Output, Shape, is_unit, last_segment_is};
+use super::parse::{
+    Args, Descriptor, Handler, Output, Param, Shape, is_unit, last_segment_is, strip,
+};
 use crate::diag::{Errors, error_at, error_at_tokens, type_text};
 
 /// A handler that follows every rule.
@@ -44,180 +46,16 @@ pub enum Ret<'a> {
 /// Checks every rule and reports every broken one.
 pub fn check<'a>(attr: &'a Args, handler: &'a Handler) -> syn::Result<Plan<'a>> {
     let mut errors = Errors::new();
-    let sig = &handler.item.sig;
-    let name = &sig.ident;
-
-    // The runtime awaits the handler: it must be an `async fn`.
-    if sig.asyncness.is_none() {
-        errors.push(error_at_tokens(
-            sig.fn_token,
-            format!(
-                "a subscriber must be an `async fn`: write `async fn {name}(..)`; the runtime awaits it"
-            ),
-        ));
-    }
-    // `unsafe` would need the runtime to promise what it cannot know.
-    if let Some(unsafety) = sig.unsafety {
-        errors.push(error_at_tokens(
-            unsafety,
-            "a subscriber cannot be `unsafe`: call the unsafe code inside its body",
-        ));
-    }
-    // The runtime names every type of the handler: no parameters to fill in.
-    if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
-        errors.push(error_at_tokens(
-            &sig.generics,
-            "a subscriber cannot be generic: the runtime decodes one concrete payload type; write the payload and extractor types out, or implement `Handle` for a generic type by hand",
-        ));
-    }
-
-    // A free function: no `self` (the payload is then the first parameter after it).
-    for receiver in handler
-        .params
-        .iter()
-        .filter(|p| matches!(p.shape, Shape::Receiver))
-    {
-        errors.push(receiver_error(&receiver.tokens));
-    }
-    let mut params = handler
-        .params
-        .iter()
-        .filter(|p| !matches!(p.shape, Shape::Receiver));
-    let (payload, batch) = match params.next() {
-        // The first parameter is the payload, so there is one.
-        None => {
-            errors.push(error_at(
-                sig.paren_token.span.join(),
-                format!(
-                    "a subscriber takes the payload first: `async fn {name}(payload: &Payload)`, where `Payload` is the decoded message type"
-                ),
-            ));
-            (None, false)
-        }
-        Some(first) => match &first.shape {
-            Shape::Ref {
-                elem,
-                mutable: false,
-            } => (Some(elem), false),
-            Shape::Slice {
-                elem,
-                mutable: false,
-            } => (Some(elem), true),
-            // Every handler of a delivery sees the same payload: it is shared, never `&mut`.
-            Shape::Ref {
-                elem,
-                mutable: true,
-            }
-            | Shape::Slice {
-                elem,
-                mutable: true,
-            } => {
-                errors.push(error_at_tokens(
-                    &first.ty,
-                    format!(
-                        "the payload is read-only: take `&{}` instead of `&mut`",
-                        shown(elem, matches!(first.shape, Shape::Slice { .. }))
-                    ),
-                ));
-                (None, false)
-            }
-            // A context or an extractor in first place means the payload was left out.
-            Shape::Context { .. }
-            | Shape::BatchContext { .. }
-            | Shape::Value {
-                extractor_like: true,
-            } => {
-                errors.push(error_at_tokens(
-                    &first.tokens,
-                    format!(
-                        "the first parameter of a subscriber is the payload, and `{}` is an extractor: add the payload first, like `payload: &Payment`",
-                        ty_text(first.ty.as_ref())
-                    ),
-                ));
-                (None, false)
-            }
-            // The runtime keeps the decoded payload (to dead-letter or retry it): it lends it.
-            Shape::Value {
-                extractor_like: false,
-            } => {
-                let ty = ty_text(first.ty.as_ref());
-                errors.push(error_at_tokens(
-                    &first.ty,
-                    format!("the payload is borrowed: take `&{ty}` instead of `{ty}`"),
-                ));
-                (None, false)
-            }
-            // `impl Trait` names no type to decode.
-            Shape::ImplTrait => {
-                errors.push(error_at_tokens(
-                    &first.ty,
-                    "the payload cannot be `impl Trait`: name the type to decode, like `payment: &Payment`",
-                ));
-                (None, false)
-            }
-            Shape::Receiver => (None, false),
-        },
-    };
-
-    let mut args = Vec::new();
-    let mut context: Option<String> = None;
-    for param in params {
-        match &param.shape {
-            Shape::Receiver => {}
-            // A single delivery has a `Context`; a batch has a `BatchContext`.
-            Shape::Context { .. } if batch => errors.push(error_at_tokens(
-                &param.ty,
-                "a batch handler takes `&mut BatchContext<'_>`, not `&mut Context<'_>`: `ctx.context(i)` gives the context of message `i`",
-            )),
-            Shape::BatchContext { .. } if !batch => errors.push(error_at_tokens(
-                &param.ty,
-                "`&mut BatchContext<'_>` is for batch handlers, whose payload is `&[T]`; this handler takes one message: take `&mut Context<'_>`",
-            )),
-            Shape::Context { mutable } | Shape::BatchContext { mutable } => {
-                let this = ty_text(param.ty.as_ref());
-                // The context is lent once: two `&mut` to it cannot exist.
-                if let Some(first) = &context {
-                    errors.push(error_at_tokens(
-                        &param.tokens,
-                        format!(
-                            "the handler already takes the context as `{first}`: it can be taken once; remove this parameter"
-                        ),
-                    ));
-                } else {
-                    context = Some(this);
-                    args.push(Arg::Context { mutable: *mutable });
-                }
-            }
-            // Only the payload is lent; extractors are values the handler owns.
-            Shape::Ref { elem, .. } => errors.push(error_at_tokens(
-                &param.ty,
-                format!(
-                    "only the payload (the first parameter) is borrowed; an extractor is taken by value: write `{}`",
-                    type_text(elem)
-                ),
-            )),
-            Shape::Slice { elem, .. } => errors.push(error_at_tokens(
-                &param.ty,
-                format!(
-                    "only the first parameter is the payload; a handler has one: remove this parameter, or make `&[{}]` the first to take a batch",
-                    type_text(elem)
-                ),
-            )),
-            // An extractor is one type the runtime builds: `impl Trait` names none.
-            Shape::ImplTrait => errors.push(error_at_tokens(
-                &param.ty,
-                "an extractor cannot be `impl Trait`: name its type, like `Ctx<Delivered>` or `State<Arc<Bank>>`",
-            )),
-            Shape::Value { .. } => {
-                if let Some(ty) = &param.ty {
-                    args.push(Arg::Extract(ty));
-                }
-            }
-        }
-    }
-
+    check_async(handler, &mut errors);
+    check_not_unsafe(handler, &mut errors);
+    check_not_generic(handler, &mut errors);
+    check_no_receiver(handler, &mut errors);
+    let (payload, batch) = check_payload(handler, &mut errors);
+    let args = check_extractors(handler, batch, &mut errors);
     let ret = check_output(attr, handler, batch, &mut errors);
-    let descriptor = check_args(attr, &mut errors);
+    check_reply_once(attr, &mut errors);
+    check_known_args(attr, &mut errors);
+    let descriptor = check_descriptor(attr, &mut errors);
 
     errors.finish()?;
     match (descriptor, payload, ret) {
@@ -232,6 +70,314 @@ pub fn check<'a>(attr: &'a Args, handler: &'a Handler) -> syn::Result<Plan<'a>> 
         // Every `None` above pushed an error, so this is never reached.
         _ => Err(error_at(Span::call_site(), "the subscriber is malformed")),
     }
+}
+
+/// The runtime awaits the handler: it must be an `async fn`.
+fn check_async(handler: &Handler, errors: &mut Errors) {
+    let sig = &handler.item.sig;
+    let name = &sig.ident;
+    if sig.asyncness.is_none() {
+        errors.push(error_at_tokens(
+            sig.fn_token,
+            format!(
+                "a subscriber must be an `async fn`: write `async fn {name}(..)`; the runtime awaits it"
+            ),
+        ));
+    }
+}
+
+/// `unsafe` would need the runtime to promise what it cannot know.
+fn check_not_unsafe(handler: &Handler, errors: &mut Errors) {
+    if let Some(unsafety) = handler.item.sig.unsafety {
+        errors.push(error_at_tokens(
+            unsafety,
+            "a subscriber cannot be `unsafe`: call the unsafe code inside its body",
+        ));
+    }
+}
+
+/// The runtime names every type of the handler: no parameters to fill in.
+fn check_not_generic(handler: &Handler, errors: &mut Errors) {
+    let generics = &handler.item.sig.generics;
+    if !generics.params.is_empty() || generics.where_clause.is_some() {
+        errors.push(error_at_tokens(
+            generics,
+            "a subscriber cannot be generic: the runtime decodes one concrete payload type; write the payload and extractor types out, or implement `Handle` for a generic type by hand",
+        ));
+    }
+}
+
+/// A free function: no `self` (the payload is then the first parameter after it).
+fn check_no_receiver(handler: &Handler, errors: &mut Errors) {
+    for receiver in handler
+        .params
+        .iter()
+        .filter(|p| matches!(p.shape, Shape::Receiver))
+    {
+        errors.push(receiver_error(&receiver.tokens));
+    }
+}
+
+/// The parameters that are not `self`: the payload, then the extractors.
+fn typed_params(handler: &Handler) -> impl Iterator<Item = &Param> {
+    handler
+        .params
+        .iter()
+        .filter(|p| !matches!(p.shape, Shape::Receiver))
+}
+
+/// The first parameter is the payload, lent as `&T` (or `&[T]` for a batch); returns `T` and
+/// whether it is a batch.
+fn check_payload<'a>(handler: &'a Handler, errors: &mut Errors) -> (Option<&'a Type>, bool) {
+    let sig = &handler.item.sig;
+    let name = &sig.ident;
+    let Some(first) = typed_params(handler).next() else {
+        // The first parameter is the payload, so there is one.
+        errors.push(error_at(
+            sig.paren_token.span.join(),
+            format!(
+                "a subscriber takes the payload first: `async fn {name}(payload: &Payload)`, where `Payload` is the decoded message type"
+            ),
+        ));
+        return (None, false);
+    };
+    match &first.shape {
+        Shape::Ref {
+            elem,
+            mutable: false,
+        } => (Some(elem), false),
+        Shape::Slice {
+            elem,
+            mutable: false,
+        } => (Some(elem), true),
+        // Every handler of a delivery sees the same payload: it is shared, never `&mut`.
+        Shape::Ref {
+            elem,
+            mutable: true,
+        }
+        | Shape::Slice {
+            elem,
+            mutable: true,
+        } => {
+            errors.push(error_at_tokens(
+                &first.ty,
+                format!(
+                    "the payload is read-only: take `&{}` instead of `&mut`",
+                    shown(elem, matches!(first.shape, Shape::Slice { .. }))
+                ),
+            ));
+            (None, false)
+        }
+        // A context or an extractor in first place means the payload was left out.
+        Shape::Context { .. }
+        | Shape::BatchContext { .. }
+        | Shape::Value {
+            extractor_like: true,
+        } => {
+            errors.push(error_at_tokens(
+                &first.tokens,
+                format!(
+                    "the first parameter of a subscriber is the payload, and `{}` is an extractor: add the payload first, like `payload: &Payment`",
+                    ty_text(first.ty.as_ref())
+                ),
+            ));
+            (None, false)
+        }
+        // The runtime keeps the decoded payload (to dead-letter or retry it): it lends it.
+        Shape::Value {
+            extractor_like: false,
+        } => {
+            let ty = ty_text(first.ty.as_ref());
+            errors.push(error_at_tokens(
+                &first.ty,
+                format!("the payload is borrowed: take `&{ty}` instead of `{ty}`"),
+            ));
+            (None, false)
+        }
+        // `impl Trait` names no type to decode.
+        Shape::ImplTrait => {
+            errors.push(error_at_tokens(
+                &first.ty,
+                "the payload cannot be `impl Trait`: name the type to decode, like `payment: &Payment`",
+            ));
+            (None, false)
+        }
+        Shape::Receiver => (None, false),
+    }
+}
+
+/// The parameters after the payload: extractors, and the context at most once.
+fn check_extractors<'a>(handler: &'a Handler, batch: bool, errors: &mut Errors) -> Vec<Arg<'a>> {
+    let mut args = Vec::new();
+    let mut context: Option<&Param> = None;
+    for param in typed_params(handler).skip(1) {
+        match &param.shape {
+            Shape::Context { mutable } | Shape::BatchContext { mutable } => {
+                if check_context_kind(param, batch, errors)
+                    && check_context_once(param, context, errors)
+                {
+                    context = Some(param);
+                    args.push(Arg::Context { mutable: *mutable });
+                }
+            }
+            Shape::Value { .. } => {
+                if let Some(ty) = &param.ty
+                    && check_ctx_key(ty, errors)
+                {
+                    args.push(Arg::Extract(ty));
+                }
+            }
+            _ => check_extractor_by_value(param, errors),
+        }
+    }
+    args
+}
+
+/// A single delivery has a `Context`; a batch has a `BatchContext`.
+fn check_context_kind(param: &Param, batch: bool, errors: &mut Errors) -> bool {
+    match param.shape {
+        Shape::Context { .. } if batch => errors.push(error_at_tokens(
+            &param.ty,
+            "a batch handler takes `&mut BatchContext<'_>`, not `&mut Context<'_>`: `ctx.context(i)` gives the context of message `i`",
+        )),
+        Shape::BatchContext { .. } if !batch => errors.push(error_at_tokens(
+            &param.ty,
+            "`&mut BatchContext<'_>` is for batch handlers, whose payload is `&[T]`; this handler takes one message: take `&mut Context<'_>`",
+        )),
+        _ => return true,
+    }
+    false
+}
+
+/// The context is lent once: two `&mut` to it cannot exist.
+fn check_context_once(param: &Param, first: Option<&Param>, errors: &mut Errors) -> bool {
+    let Some(first) = first else {
+        return true;
+    };
+    errors.push(error_at_tokens(
+        &param.tokens,
+        format!(
+            "the handler already takes the context as `{}`: it can be taken once; remove this parameter",
+            ty_text(first.ty.as_ref())
+        ),
+    ));
+    false
+}
+
+/// `Ctx<K>` takes a key that names a value (`Ctx<Attempt>` gives a `u32`), never the value's
+/// type: no key is a standard type, which the orphan rule keeps anyone from making one.
+fn check_ctx_key(ty: &Type, errors: &mut Errors) -> bool {
+    let Some(value) = value_type_in_ctx(ty) else {
+        return true;
+    };
+    let shown = type_text(value);
+    let last = last_ident(value).unwrap_or_default();
+    let instead = match last.as_str() {
+        "u32" | "NonZeroU32" => {
+            "take `Ctx<Attempt>`, which gives the attempt number the cap counts as a `u32`"
+        }
+        "u64" | "Option" => {
+            "take `Ctx<Delivered>`, which gives the server's delivery count as an `Option<u64>`"
+        }
+        "String" | "str" => {
+            "take `Ctx<Subject>`, which gives the subject the message arrived on as a `String`"
+        }
+        "Headers" | "HeaderMap" => {
+            "take `Ctx<MessageHeaders>`, which gives the headers as they arrived"
+        }
+        _ => "take the key of the value you want",
+    };
+    errors.push(error_at_tokens(
+        value,
+        format!(
+            "`Ctx<{shown}>` names a type, and `Ctx` takes a key that names a value: {instead}; the keys are `Delivered`, `Attempt`, `Subject`, `MessageHeaders` and a broker's own"
+        ),
+    ));
+    false
+}
+
+/// `X` of `Ctx<X>` when `X` is a standard type, which is never a key.
+pub fn value_type_in_ctx(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = strip(ty) else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    if path.qself.is_some() || last.ident != "Ctx" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    let [syn::GenericArgument::Type(value)] = args.args.iter().collect::<Vec<_>>()[..] else {
+        return None;
+    };
+    let standard = match strip(value) {
+        Type::Tuple(_) => true,
+        Type::Path(_) => {
+            last_ident(value).is_some_and(|ident| STANDARD_TYPES.contains(&ident.as_str()))
+        }
+        _ => false,
+    };
+    standard.then_some(value)
+}
+
+/// Types that no crate but the standard library can make a key of.
+const STANDARD_TYPES: &[&str] = &[
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+    "u128",
+    "usize",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "i128",
+    "isize",
+    "f32",
+    "f64",
+    "bool",
+    "char",
+    "String",
+    "str",
+    "Option",
+    "Vec",
+    "Box",
+    "Arc",
+    "Rc",
+    "NonZeroU32",
+    "NonZeroU64",
+    "Duration",
+    "SystemTime",
+    "Instant",
+    "HashMap",
+    "BTreeMap",
+];
+
+/// The last identifier of a path type.
+fn last_ident(ty: &Type) -> Option<String> {
+    match strip(ty) {
+        Type::Path(p) if p.qself.is_none() => p.path.segments.last().map(|s| s.ident.to_string()),
+        _ => None,
+    }
+}
+
+/// Only the payload is lent; an extractor is one value the runtime builds and the handler owns.
+fn check_extractor_by_value(param: &Param, errors: &mut Errors) {
+    let message = match &param.shape {
+        Shape::Ref { elem, .. } => format!(
+            "only the payload (the first parameter) is borrowed; an extractor is taken by value: write `{}`",
+            type_text(elem)
+        ),
+        Shape::Slice { elem, .. } => format!(
+            "only the first parameter is the payload; a handler has one: remove this parameter, or make `&[{}]` the first to take a batch",
+            type_text(elem)
+        ),
+        Shape::ImplTrait => "an extractor cannot be `impl Trait`: name its type, like `Ctx<Delivered>` or `State<Arc<Bank>>`".to_owned(),
+        _ => return,
+    };
+    errors.push(error_at_tokens(&param.ty, message));
 }
 
 /// The return type, against `reply` and the payload's kind.
@@ -315,16 +461,18 @@ fn check_output<'a>(
     }
 }
 
-/// The attribute's arguments.
-fn check_args<'a>(args: &'a Args, errors: &mut Errors) -> Option<&'a Descriptor> {
-    // `reply` is a switch: once is enough.
+/// `reply` is a switch: once is enough.
+fn check_reply_once(args: &Args, errors: &mut Errors) {
     for extra in args.reply.iter().skip(1) {
         errors.push(error_at(
             *extra,
             "`reply` is written twice: remove this one",
         ));
     }
-    // Only a descriptor and `reply` mean something.
+}
+
+/// Only a descriptor and `reply` mean something.
+fn check_known_args(args: &Args, errors: &mut Errors) {
     for unknown in &args.unknown {
         let hint = match unknown {
             Expr::Assign(a) if matches!(&*a.left, Expr::Path(p) if p.path.is_ident("name")) => {
@@ -347,6 +495,10 @@ fn check_args<'a>(args: &'a Args, errors: &mut Errors) -> Option<&'a Descriptor>
             ),
         ));
     }
+}
+
+/// The descriptor comes first: a Core subject as a string, or a descriptor expression.
+fn check_descriptor<'a>(args: &'a Args, errors: &mut Errors) -> Option<&'a Descriptor> {
     // Without a descriptor the runtime does not know what to read.
     let Some(descriptor) = &args.descriptor else {
         errors.push(error_at(
@@ -356,39 +508,43 @@ fn check_args<'a>(args: &'a Args, errors: &mut Errors) -> Option<&'a Descriptor>
         return None;
     };
     match descriptor {
-        // A string is one Core subject: it follows the subject rules, and is no pattern.
-        Descriptor::Literal(lit) => {
-            let subject = lit.value();
-            if subject.contains(['*', '>']) && !subject.contains(char::is_whitespace) {
-                errors.push(error_at_tokens(
-                    lit,
-                    format!(
-                        "`{subject}` is a pattern, and a string descriptor is one subject: read a pattern with `CoreWildcard::new(\"{subject}\")`"
-                    ),
-                ));
-            } else if let Some(problem) = crate::subject::problem(&subject) {
-                errors.push(error_at_tokens(lit, problem));
-            }
-        }
-        // A `JetStreamSubject` reads from a stream, so its constructor names one.
-        Descriptor::Expr(expr) => {
-            if let Some(call) = jetstream_constructor(expr)
-                && call.args.len() < 2
-            {
-                let subject = call
-                    .args
-                    .first()
-                    .map_or_else(|| "\"subject\"".to_owned(), type_text);
-                errors.push(error_at_tokens(
-                    call,
-                    format!(
-                        "a `JetStreamSubject` reads a subject from a stream, and the stream is missing: `JetStreamSubject::new({subject}, \"STREAM\")`"
-                    ),
-                ));
-            }
-        }
+        Descriptor::Literal(lit) => check_subject_literal(lit, errors),
+        Descriptor::Expr(expr) => check_jetstream_stream(expr, errors),
     }
     Some(descriptor)
+}
+
+/// A string is one Core subject: it follows the subject rules, and is no pattern.
+fn check_subject_literal(lit: &LitStr, errors: &mut Errors) {
+    let subject = lit.value();
+    if subject.contains(['*', '>']) && !subject.contains(char::is_whitespace) {
+        errors.push(error_at_tokens(
+            lit,
+            format!(
+                "`{subject}` is a pattern, and a string descriptor is one subject: read a pattern with `CoreWildcard::new(\"{subject}\")`"
+            ),
+        ));
+    } else if let Some(problem) = crate::subject::problem(&subject) {
+        errors.push(error_at_tokens(lit, problem));
+    }
+}
+
+/// A `JetStreamSubject` reads from a stream, so its constructor names one.
+fn check_jetstream_stream(expr: &Expr, errors: &mut Errors) {
+    if let Some(call) = jetstream_constructor(expr)
+        && call.args.len() < 2
+    {
+        let subject = call
+            .args
+            .first()
+            .map_or_else(|| "\"subject\"".to_owned(), type_text);
+        errors.push(error_at_tokens(
+            call,
+            format!(
+                "a `JetStreamSubject` reads a subject from a stream, and the stream is missing: `JetStreamSubject::new({subject}, \"STREAM\")`"
+            ),
+        ));
+    }
 }
 
 /// Whether `word` is a typo of `reply` (one letter changed, added, removed or swapped).

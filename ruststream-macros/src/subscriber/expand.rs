@@ -10,7 +10,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::Type;
 use syn::ext::IdentExt;
 
-use super::check::{Arg, Plan, Ret};
+use super::check::{Arg, Plan, Ret, value_type_in_ctx};
 use super::parse::{Descriptor, Handler, Shape};
 use crate::diag::first_last;
 
@@ -22,8 +22,14 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
     let value = value_struct(h);
     let payload = plan.payload;
 
+    // Spanned over the reply type: a reply that is not `Outgoing` is reported there.
     let outs = match plan.ret {
-        Ret::Reply { value, .. } => quote!(::ruststream::Publisher<#value>),
+        Ret::Reply { value, .. } => {
+            let (first, last) = first_last(value);
+            let open = quote_spanned!(first=> ::ruststream::Publisher<);
+            let close = quote_spanned!(last=> >);
+            quote!(#open #value #close)
+        }
         Ret::Outcome(_) => quote!(()),
     };
     let extractors: Vec<&Type> = plan
@@ -46,15 +52,6 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
         handle_single(plan, &outs, &extractor_bounds)
     };
 
-    // The payload and the reply were checked where the handler is defined (in the body of
-    // `handle`); these bounds name `__S`, so that they are checked again only where it is
-    // mounted, and a failing one points at the user's type.
-    let payload_bound = bound(
-        payload,
-        &quote!(::ruststream::__private::PayloadFor),
-        &quote!(<__S, #outs>),
-    );
-    let reply_bound = reply_bound(plan);
     let descriptor = match plan.descriptor {
         Descriptor::Literal(lit) => {
             quote_spanned!(lit.span()=> ::ruststream::__private::descriptor(#lit))
@@ -67,10 +64,16 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
         }
     };
     let register = if plan.batch {
-        quote!(batch)
+        quote!(mount_batch)
     } else {
-        quote!(single)
+        quote!(mount_single)
     };
+    // The payload (and a reply) is checked here, once, at the user's type, whether the handler
+    // is mounted or not; the impl bounds hold only the extractors', which depend on the state.
+    let (first, last) = first_last(payload);
+    let open = quote_spanned!(first=> ::ruststream::__private::#register::<);
+    let close = quote_spanned!(last=> , #outs, __S, Self>);
+    let register_call = quote!(#open #payload #close);
     let registration = name.unraw().to_string();
 
     quote! {
@@ -80,19 +83,14 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
         #handle
 
         #(#cfgs)*
+        #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
             ::ruststream::Mount<__S, ()> for #name
         where
             #(#extractor_bounds,)*
-            #payload_bound,
-            #reply_bound
         {
             fn mount(self) -> ::ruststream::Registration<__S> {
-                <#payload as ::ruststream::__private::PayloadFor<__S, #outs>>::#register(
-                    #descriptor,
-                    self,
-                    #registration,
-                )
+                #register_call(#descriptor, self, #registration)
             }
         }
     }
@@ -104,27 +102,21 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
     let name = &h.item.sig.ident;
     let payload = plan.payload;
     let inner = inner_fn(h);
-    let check_payload = check_call(quote!(assert_payload), payload, quote!(()));
     let (state, extracts, call_args) = arguments(
         plan,
         &quote!(extract),
         &quote!(state),
         |o| quote!(return ::core::result::Result::Err(#o)),
     );
-    let (check_reply, finish) = match plan.ret {
-        Ret::Reply { value, .. } => (
-            check_call(quote!(assert_outgoing), value, quote!(();)),
-            quote! {
-                <#value as ::ruststream::__private::ReplyFor<__S>>::reply(__ret, __outs, __ctx).await
-            },
-        ),
-        Ret::Outcome(ty) => (
-            TokenStream::new(),
-            check_call(quote!(into_result), ty, quote!((__ret))),
-        ),
+    let finish = match plan.ret {
+        Ret::Reply { value, .. } => quote! {
+            <#value as ::ruststream::__private::ReplyFor<__S>>::reply(__ret, __outs, __ctx).await
+        },
+        Ret::Outcome(ty) => check_call(quote!(into_result), ty, quote!((__ret))),
     };
     let reply_bound = reply_bound(plan);
     quote! {
+        #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
             ::ruststream::Handle<#payload, #outs, __S> for #name
         where
@@ -138,8 +130,6 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
                 __ctx: &mut ::ruststream::Context<'_>,
             ) -> ::core::result::Result<(), ::ruststream::HandlerOutcome> {
                 #inner
-                #check_payload;
-                #check_reply
                 #state
                 #(#extracts)*
                 let __ret = #name(__input, #(#call_args),*).await;
@@ -196,7 +186,6 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
     let name = &h.item.sig.ident;
     let payload = plan.payload;
     let inner = inner_fn(h);
-    let check_payload = check_call(quote!(assert_payload), payload, quote!(()));
     let (state, extracts, call_args) = arguments(
         plan,
         &quote!(extract_batch),
@@ -209,6 +198,7 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
         Ret::Reply { .. } => quote!(::core::unreachable!()),
     };
     quote! {
+        #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
             ::ruststream::HandleBatch<#payload, (), __S> for #name
         where
@@ -221,7 +211,6 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
                 __ctx: &mut ::ruststream::BatchContext<'_>,
             ) -> ::ruststream::BatchOutcome {
                 #inner
-                #check_payload;
                 #state
                 #(#extracts)*
                 let __ret = #name(__input, #(#call_args),*).await;
@@ -322,6 +311,23 @@ pub fn fallback(h: &Handler, errors: syn::Error) -> TokenStream {
     let cfgs: Vec<_> = h.cfgs().collect();
     let mut item = h.item.clone();
     item.sig.asyncness = Some(syn::Token![async](Span::call_site()));
+    // A `Ctx<u32>` already reported becomes a `Ctx` the compiler accepts, so that the body
+    // does not repeat the error for every use of the parameter.
+    for input in &mut item.sig.inputs {
+        if let syn::FnArg::Typed(typed) = input
+            && let Some(value) = value_type_in_ctx(&typed.ty)
+        {
+            let value = value.clone();
+            let ty = &mut *typed.ty;
+            if let Type::Path(path) = ty
+                && let Some(last) = path.path.segments.last_mut()
+            {
+                last.arguments = syn::PathArguments::AngleBracketed(syn::parse_quote!(
+                    <::ruststream::__private::NotAKey<#value>>
+                ));
+            }
+        }
+    }
     item.attrs.retain(|a| !a.path().is_ident("doc"));
     quote! {
         #errors
@@ -334,6 +340,7 @@ pub fn fallback(h: &Handler, errors: syn::Error) -> TokenStream {
         };
 
         #(#cfgs)*
+        #[automatically_derived]
         impl<__S> ::ruststream::Mount<__S, ()> for #name {
             fn mount(self) -> ::ruststream::Registration<__S> {
                 ::core::unreachable!("`#[subscriber]` reported an error at compile time")
