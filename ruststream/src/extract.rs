@@ -101,6 +101,9 @@ where
     }
 }
 
+// Not recommended: a parameter that is not an extractor is told what extractors are (in
+// `FromContext`'s note), not shown this impl.
+#[diagnostic::do_not_recommend]
 impl<K: Key, S> FromContext<S> for Ctx<K> {
     fn from_context(ctx: &Context<'_>, _state: &S) -> Result<Self, Rejection> {
         K::get(ctx).map(Ctx)
@@ -178,5 +181,23 @@ pub trait FromRef<T> {
 impl<T: Clone> FromRef<T> for T {
     fn from_ref(input: &T) -> Self {
         input.clone()
+    }
+}
+
+mod no_state {
+    /// `State<T>` in an app without state (`()`, as no `.on_startup(..)` built one): never
+    /// implemented, so that the error names `on_startup`.
+    #[diagnostic::on_unimplemented(
+        message = "the app has no state, so `State<{Self}>` has nothing to take",
+        label = "`State<{Self}>` takes part of the state that `.on_startup(..)` builds",
+        note = "build the state before `.with_broker(..)`: `.on_startup(async move |()| Ok::<_, Infallible>(Clients::default()))`, where `Clients` has a field of type `{Self}` and `#[derive(Clone, FromRef)]`"
+    )]
+    pub trait PartOfNoState {}
+}
+
+impl<T: no_state::PartOfNoState> FromRef<()> for T {
+    fn from_ref(_: &()) -> Self {
+        // `PartOfNoState` is sealed in a private module and has no impl: this never runs.
+        unreachable!("`PartOfNoState` has no impl")
     }
 }

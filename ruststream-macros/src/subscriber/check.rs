@@ -223,6 +223,7 @@ fn check_extractors<'a>(handler: &'a Handler, batch: bool, errors: &mut Errors) 
             Shape::Value { .. } => {
                 if let Some(ty) = &param.ty
                     && check_ctx_key(ty, errors)
+                    && check_standard_extractor(ty, errors)
                 {
                     args.push(Arg::Extract(ty));
                 }
@@ -296,6 +297,30 @@ fn check_ctx_key(ty: &Type, errors: &mut Errors) -> bool {
     false
 }
 
+/// A standard type is never an extractor (no crate but the standard library could make it one):
+/// say which extractor gives such a value.
+fn check_standard_extractor(ty: &Type, errors: &mut Errors) -> bool {
+    if !is_standard(ty) {
+        return true;
+    }
+    let shown = type_text(ty);
+    let key = match last_ident(ty).unwrap_or_default().as_str() {
+        "u32" | "NonZeroU32" => "`Ctx(attempt): Ctx<Attempt>` gives the attempt number (a `u32`), ",
+        "u64" | "Option" => {
+            "`Ctx(delivered): Ctx<Delivered>` gives the server's delivery count (an `Option<u64>`), "
+        }
+        "String" => "`Ctx(subject): Ctx<Subject>` gives the subject (a `String`), ",
+        _ => "",
+    };
+    errors.push(error_at_tokens(
+        ty,
+        format!(
+            "`{shown}` is not an extractor: after the payload, a handler takes `Ctx<K>` (a value of the delivery by key), `State<T>` (part of the app state) or `&mut Context<'_>`; {key}and `State<{shown}>` takes a `{shown}` field of the state"
+        ),
+    ));
+    false
+}
+
 /// `X` of `Ctx<X>` when `X` is a standard type, which is never a key.
 pub fn value_type_in_ctx(ty: &Type) -> Option<&Type> {
     let Type::Path(path) = strip(ty) else {
@@ -311,14 +336,18 @@ pub fn value_type_in_ctx(ty: &Type) -> Option<&Type> {
     let [syn::GenericArgument::Type(value)] = args.args.iter().collect::<Vec<_>>()[..] else {
         return None;
     };
-    let standard = match strip(value) {
+    is_standard(value).then_some(value)
+}
+
+/// Whether `ty` is a standard type (a tuple, a primitive, `String`, `Option<..>`...).
+fn is_standard(ty: &Type) -> bool {
+    match strip(ty) {
         Type::Tuple(_) => true,
         Type::Path(_) => {
-            last_ident(value).is_some_and(|ident| STANDARD_TYPES.contains(&ident.as_str()))
+            last_ident(ty).is_some_and(|ident| STANDARD_TYPES.contains(&ident.as_str()))
         }
         _ => false,
-    };
-    standard.then_some(value)
+    }
 }
 
 /// Types that no crate but the standard library can make a key of.

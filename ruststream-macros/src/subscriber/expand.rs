@@ -75,14 +75,9 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
     let close = quote_spanned!(last=> , #outs, __S, Self>);
     let register_call = quote!(#open #payload #close);
     let registration = name.unraw().to_string();
-
-    quote! {
-        #value
-
-        #(#cfgs)*
-        #handle
-
-        #(#cfgs)*
+    // Spanned at the function's name: an extractor this app's state cannot give is reported
+    // as "required for `name` to implement `Mount`" at that one line.
+    let mount = quote_spanned! {name.span()=>
         #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
             ::ruststream::Mount<__S, ()> for #name
@@ -93,6 +88,16 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
                 #register_call(#descriptor, self, #registration)
             }
         }
+    };
+
+    quote! {
+        #value
+
+        #(#cfgs)*
+        #handle
+
+        #(#cfgs)*
+        #mount
     }
 }
 
