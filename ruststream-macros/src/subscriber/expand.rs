@@ -1,4 +1,4 @@
-//! The code a checked `#[subscriber]` becomes: a unit struct named after the function, its
+//! The code a checked `#[subscriber]` becomes: a struct and a `static` named after the function, its
 //! `Handle` (or `HandleBatch`) impl wrapping the function, and its `Mount` impl.
 //!
 //! Type problems the macro cannot see (a payload that does not decode, a reply that is not
@@ -286,18 +286,33 @@ fn inner_fn(h: &Handler) -> TokenStream {
     }
 }
 
-/// The unit struct that carries the function's name, visibility and docs.
+/// The handler value that carries the function's name, visibility and docs: a field-less struct
+/// (in the type namespace) and a `static` of it (in the value namespace).
+///
+/// Not a unit struct: a unit struct's name is a pattern, so `let capture = ..;` anywhere in the
+/// module would silently match against the handler instead of binding a variable. A `static`
+/// cannot be shadowed by a binding, so that `let` is an error that names the handler ("let
+/// bindings cannot shadow statics", pointing at the function).
 fn value_struct(h: &Handler) -> TokenStream {
     let name = &h.item.sig.ident;
     let vis = &h.item.vis;
-    let docs = h.docs();
-    let cfgs = h.cfgs();
+    let docs: Vec<_> = h.docs().collect();
+    let cfgs: Vec<_> = h.cfgs().collect();
+    // Spanned at the function's name: "the static `capture` is defined here" points there.
+    let value = quote_spanned! {name.span()=>
+        #[allow(non_upper_case_globals)]
+        #vis static #name: #name = #name {};
+    };
     quote! {
         #(#docs)*
         #(#cfgs)*
         #[allow(non_camel_case_types)]
         #[derive(::core::fmt::Debug, ::core::clone::Clone, ::core::marker::Copy, ::core::default::Default)]
-        #vis struct #name;
+        #vis struct #name {}
+
+        #(#docs)*
+        #(#cfgs)*
+        #value
     }
 }
 
