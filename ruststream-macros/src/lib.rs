@@ -2,13 +2,18 @@
 //! prelude), never as a direct dependency.
 //!
 //! This file only dispatches: each macro lives in its own module, which parses its input into a
-//! typed model, validates it with an error accumulator, and then generates code.
+//! typed model, validates it with an error accumulator, and then generates code against
+//! `::ruststream`, which `krate.rs` re-roots at the path the user's crate has: `crate = path`
+//! (`#[subscriber(.., crate = path)]`, `#[ruststream::app(crate = path)]`,
+//! `#[ruststream(crate = path)]` under a derive) for a crate that re-exports RustStream, else
+//! `ruststream` or `ruststream_nats::ruststream`, whichever `Cargo.toml` names.
 
 use proc_macro::TokenStream;
 
 mod app;
 mod diag;
 mod from_ref;
+mod krate;
 mod nonzero;
 mod outgoing;
 mod subject;
@@ -36,7 +41,7 @@ mod subscriber;
 /// delivery is acknowledged. The guide is `docs/handlers.md`.
 #[proc_macro_attribute]
 pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
-    subscriber::expand(args.into(), item.into()).into()
+    krate::attribute(args.into(), |args| subscriber::expand(args, item.into())).into()
 }
 
 /// Writes a `main` for the function it marks: a command line with `run` (the default) and
@@ -55,7 +60,7 @@ pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
 /// The function stays callable (tests start `app()` themselves). The guide is `docs/app.md`.
 #[proc_macro_attribute]
 pub fn app(args: TokenStream, item: TokenStream) -> TokenStream {
-    app::expand(args.into(), item.into()).into()
+    krate::attribute(args.into(), |args| app::expand(args, item.into())).into()
 }
 
 /// Implements `Outgoing`: the type knows the subject it is published to.
@@ -67,9 +72,9 @@ pub fn app(args: TokenStream, item: TokenStream) -> TokenStream {
 ///     payment: u64,
 /// }
 /// ```
-#[proc_macro_derive(Outgoing, attributes(outgoing))]
+#[proc_macro_derive(Outgoing, attributes(outgoing, ruststream))]
 pub fn outgoing(input: TokenStream) -> TokenStream {
-    outgoing::expand(input.into()).into()
+    krate::derive(input.into(), outgoing::expand).into()
 }
 
 /// Implements `FromRef<State>` for the type of every field of the app state, so that a handler
@@ -83,9 +88,9 @@ pub fn outgoing(input: TokenStream) -> TokenStream {
 ///     secret: String,
 /// }
 /// ```
-#[proc_macro_derive(FromRef, attributes(from_ref))]
+#[proc_macro_derive(FromRef, attributes(from_ref, ruststream))]
 pub fn from_ref(input: TokenStream) -> TokenStream {
-    from_ref::expand(input.into()).into()
+    krate::derive(input.into(), from_ref::expand).into()
 }
 
 /// A `NonZero` integer from a literal, checked at compile time; its integer type comes from
