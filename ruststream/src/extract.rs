@@ -68,8 +68,7 @@ impl fmt::Display for Rejection {
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an extractor",
-    label = "a handler cannot take this parameter",
-    note = "after the payload, a handler takes extractors: `Ctx<K>` (a per-delivery value), `State<T>` (part of the app state) or `&mut Context<'_>`; implement `FromContext` to write your own"
+    label = "after the payload, a handler takes extractors: `Ctx<K>` (a per-delivery value), `State<T>` (part of the app state) or `&mut Context<'_>`; implement `FromContext` to write your own"
 )]
 pub trait FromContext<S>: Sized {
     /// Builds the parameter, or refuses the delivery.
@@ -170,8 +169,7 @@ impl<T: FromRef<S>, S> FromContext<S> for State<T> {
 /// every field.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not part of the app state `{T}`",
-    label = "`State<{Self}>` needs a field of this type in the state",
-    note = "add a field of type `{Self}` to the state struct and `#[derive(FromRef)]` on it, or take `State<{T}>`"
+    label = "`State<{Self}>` takes a field of this type from the state `.on_startup(..)` builds (`()` without one): add the field, with `#[derive(Clone, FromRef)]` on the state"
 )]
 pub trait FromRef<T> {
     /// The part, cloned out of the state.
@@ -181,23 +179,5 @@ pub trait FromRef<T> {
 impl<T: Clone> FromRef<T> for T {
     fn from_ref(input: &T) -> Self {
         input.clone()
-    }
-}
-
-mod no_state {
-    /// `State<T>` in an app without state (`()`, as no `.on_startup(..)` built one): never
-    /// implemented, so that the error names `on_startup`.
-    #[diagnostic::on_unimplemented(
-        message = "the app has no state, so `State<{Self}>` has nothing to take",
-        label = "`State<{Self}>` takes part of the state that `.on_startup(..)` builds",
-        note = "build the state before `.with_broker(..)`: `.on_startup(async move |()| Ok::<_, Infallible>(Clients::default()))`, where `Clients` has a field of type `{Self}` and `#[derive(Clone, FromRef)]`"
-    )]
-    pub trait PartOfNoState {}
-}
-
-impl<T: no_state::PartOfNoState> FromRef<()> for T {
-    fn from_ref(_: &()) -> Self {
-        // `PartOfNoState` is sealed in a private module and has no impl: this never runs.
-        unreachable!("`PartOfNoState` has no impl")
     }
 }

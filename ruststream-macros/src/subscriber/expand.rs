@@ -40,10 +40,14 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
             Arg::Context { .. } => None,
         })
         .collect();
-    // `Ty: FromContext<__S>`, spanned over `Ty`: a failing one names the parameter.
+    // `Ty: FromContext<__S>`, spanned over `Ty`: a failing one names the parameter. For
+    // `State<T>`, `T: FromRef<__S>`, which it comes down to: the error is one step shorter.
     let extractor_bounds: Vec<TokenStream> = extractors
         .iter()
-        .map(|ty| bound(ty, &quote!(::ruststream::FromContext), &quote!(<__S>)))
+        .map(|ty| match state_part(ty) {
+            Some(part) => bound_over(ty, part, &quote!(::ruststream::FromRef), &quote!(<__S>)),
+            None => bound(ty, &quote!(::ruststream::FromContext), &quote!(<__S>)),
+        })
         .collect();
 
     let handle = if plan.batch {
@@ -166,6 +170,32 @@ fn bound(ty: &Type, trait_path: &TokenStream, args: &TokenStream) -> TokenStream
     let path = respan(trait_path.clone(), first);
     let args = respan(args.clone(), last);
     quote!(#ty: #path #args)
+}
+
+/// `T` of an extractor written `State<T>`.
+fn state_part(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = super::parse::strip(ty) else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    if path.qself.is_some() || last.ident != "State" {
+        return None;
+    }
+    match &last.arguments {
+        syn::PathArguments::AngleBracketed(args) if args.args.len() == 1 => match &args.args[0] {
+            syn::GenericArgument::Type(part) => Some(part),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `part: Trait<Args>` whose trait path spans all of `ty` (the whole parameter type).
+fn bound_over(ty: &Type, part: &Type, trait_path: &TokenStream, args: &TokenStream) -> TokenStream {
+    let (first, last) = first_last(ty);
+    let path = respan(trait_path.clone(), first);
+    let args = respan(args.clone(), last);
+    quote!(#part: #path #args)
 }
 
 /// `tokens`, every one spanned at `span`.
