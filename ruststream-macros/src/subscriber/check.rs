@@ -417,40 +417,53 @@ fn check_output<'a>(
     errors: &mut Errors,
 ) -> Option<Ret<'a>> {
     let reply = args.reply.first().copied();
-    match (&handler.output, reply) {
-        // A handler says how its message is settled: `()` says nothing.
-        (Output::Unit(span), _) => {
-            errors.push(error_at(
-                *span,
-                if reply.is_some() {
-                    "a `reply` subscriber returns what it publishes: add `-> Result<T, HandlerOutcome>` with `T: Outgoing`"
-                } else if batch {
-                    "a batch subscriber returns how its messages are settled: add `-> HandlerOutcome` (one for the batch) or `-> Vec<HandlerOutcome>` (one per message)"
-                } else {
-                    "a subscriber returns how its message is settled: add `-> HandlerOutcome` or `-> Result<(), HandlerOutcome>`"
-                },
-            ));
-            None
-        }
-        // `reply` publishes one message's answer; a batch has no single answer.
-        (_, Some(span)) if batch => {
-            errors.push(error_at(
-                span,
-                "`reply` is for single-message handlers; a batch handler publishes from `ctx.context(i)` of its `&mut BatchContext<'_>`: remove `reply`",
-            ));
-            None
-        }
-        // `reply` publishes the `Ok` value: `()` is nothing to publish.
-        (Output::Result { ok, .. }, Some(_)) if is_unit(ok) => {
+    if let Output::Unit(span) = handler.output {
+        check_returns_an_outcome(span, reply.is_some(), batch, errors);
+        return None;
+    }
+    match reply {
+        Some(span) if batch => check_no_reply_on_batch(span, errors),
+        Some(_) => check_reply_return(&handler.output, errors),
+        None if batch => check_batch_return(&handler.output, errors),
+        None => check_outcome_return(&handler.output, errors),
+    }
+}
+
+/// A handler says how its message is settled: `()` says nothing.
+fn check_returns_an_outcome(span: Span, reply: bool, batch: bool, errors: &mut Errors) {
+    errors.push(error_at(
+        span,
+        if reply {
+            "a `reply` subscriber returns what it publishes: add `-> Result<T, HandlerOutcome>` with `T: Outgoing`"
+        } else if batch {
+            "a batch subscriber returns how its messages are settled: add `-> HandlerOutcome` (one for the batch) or `-> Vec<HandlerOutcome>` (one per message)"
+        } else {
+            "a subscriber returns how its message is settled: add `-> HandlerOutcome` or `-> Result<(), HandlerOutcome>`"
+        },
+    ));
+}
+
+/// `reply` publishes one message's answer; a batch has no single answer.
+fn check_no_reply_on_batch<'a>(span: Span, errors: &mut Errors) -> Option<Ret<'a>> {
+    errors.push(error_at(
+        span,
+        "`reply` is for single-message handlers; a batch handler publishes from `ctx.context(i)` of its `&mut BatchContext<'_>`: remove `reply`",
+    ));
+    None
+}
+
+/// `reply` publishes the value in `Ok`: the return is a `Result` with a value to publish.
+fn check_reply_return<'a>(output: &'a Output, errors: &mut Errors) -> Option<Ret<'a>> {
+    match output {
+        Output::Result { ok, .. } if is_unit(ok) => {
             errors.push(error_at_tokens(
                 ok,
                 "`reply` publishes the value in `Ok`, and `()` is nothing to publish: return `Result<T, HandlerOutcome>` with `T: Outgoing`, or remove `reply`",
             ));
             None
         }
-        (Output::Result { ok, .. }, Some(_)) => Some(Ret::Reply { value: ok }),
-        // `reply` needs a value to publish, which a bare outcome does not carry.
-        (Output::Other(ty), Some(_)) => {
+        Output::Result { ok, .. } => Some(Ret::Reply { value: ok }),
+        Output::Other(ty) => {
             let shown = ty_text(Some(ty));
             let why = if last_segment_is(ty, "HandlerOutcome") {
                 "`HandlerOutcome` carries no value".to_owned()
@@ -465,16 +478,29 @@ fn check_output<'a>(
             ));
             None
         }
-        // A batch settles with outcomes, not with a `Result`.
-        (Output::Result { whole, .. }, None) if batch => {
+        Output::Unit(_) => None,
+    }
+}
+
+/// A batch settles with outcomes, not with a `Result`.
+fn check_batch_return<'a>(output: &'a Output, errors: &mut Errors) -> Option<Ret<'a>> {
+    match output {
+        Output::Result { whole, .. } => {
             errors.push(error_at_tokens(
                 whole,
                 "a batch subscriber returns `HandlerOutcome` (one for the whole batch) or `Vec<HandlerOutcome>` (one per message), not a `Result`",
             ));
             None
         }
-        // A value in `Ok` is published only with `reply`; without it, it would be lost.
-        (Output::Result { ok, whole, .. }, None) if !is_unit(ok) => {
+        Output::Other(ty) => Some(Ret::Outcome(ty)),
+        Output::Unit(_) => None,
+    }
+}
+
+/// Without `reply`, a value in `Ok` would be lost: the `Ok` of a `Result` is `()`.
+fn check_outcome_return<'a>(output: &'a Output, errors: &mut Errors) -> Option<Ret<'a>> {
+    match output {
+        Output::Result { ok, .. } if !is_unit(ok) => {
             let shown = ty_text(Some(ok));
             errors.push(error_at_tokens(
                 ok,
@@ -482,11 +508,11 @@ fn check_output<'a>(
                     "the handler returns `{shown}` but nothing publishes it: add `reply` (`#[subscriber(.., reply)]`) to publish it, or return `Result<(), HandlerOutcome>`"
                 ),
             ));
-            let _ = whole;
             None
         }
-        (Output::Result { whole, .. }, None) => Some(Ret::Outcome(whole)),
-        (Output::Other(ty), None) => Some(Ret::Outcome(ty)),
+        Output::Result { whole, .. } => Some(Ret::Outcome(whole)),
+        Output::Other(ty) => Some(Ret::Outcome(ty)),
+        Output::Unit(_) => None,
     }
 }
 
