@@ -2,11 +2,7 @@
 //! prelude), never as a direct dependency.
 //!
 //! This file only dispatches: each macro lives in its own module, which parses its input into a
-//! typed model, validates it with an error accumulator, and then generates code against
-//! `::ruststream`, which `krate.rs` re-roots at the path the user's crate has: `crate = path`
-//! (`#[subscriber(.., crate = path)]`, `#[ruststream::app(crate = path)]`,
-//! `#[ruststream(crate = path)]` under a derive) for a crate that re-exports RustStream, else
-//! `ruststream` or `ruststream_nats::ruststream`, whichever `Cargo.toml` names.
+//! typed model, validates it with an error accumulator, and then generates code.
 
 use proc_macro::TokenStream;
 
@@ -39,6 +35,11 @@ mod subscriber;
 /// type. Without `reply` the function returns `HandlerOutcome` or `Result<(), HandlerOutcome>`;
 /// with `reply` it returns `Result<T, HandlerOutcome>` and `T: Outgoing` is published before the
 /// delivery is acknowledged. The guide is `docs/handlers.md`.
+///
+/// The code it writes reaches the runtime through `ruststream`, or `ruststream_nats` when the
+/// package depends on that alone; a crate that re-exports RustStream names the path with
+/// `crate = path` (as an argument here and of `#[ruststream::app]`, and as
+/// `#[ruststream(crate = path)]` under the derives).
 #[proc_macro_attribute]
 pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
     krate::attribute(args.into(), |args| subscriber::expand(args, item.into())).into()
