@@ -35,6 +35,18 @@ async fn record(order: &Order, State(name): State<String>) -> HandlerOutcome {
     HandlerOutcome::ack()
 }
 
+/// `#[ruststream::app(crate = ..)]` writes its `main` (here in a module, never run) against the
+/// re-export.
+#[allow(dead_code)]
+mod with_app {
+    use super::platform::rs::{App, AppInfo, RustStream};
+
+    #[ruststream::app(crate = crate::platform::rs)]
+    pub fn app() -> impl App<State = ()> {
+        RustStream::new(AppInfo::new("shop", "0.1.0"))
+    }
+}
+
 fn registration<S, M: Mount<S, ()>>(handler: M) -> RegistrationInfo {
     handler.mount().info()
 }
@@ -53,6 +65,7 @@ fn a_re_exported_runtime_is_named_with_crate() {
         "corner"
     );
     let _ = RustStream::new(platform::rs::AppInfo::new("shop", "0.1.0"));
+    assert_eq!(platform::rs::App::info(&with_app::app()).name(), "shop");
 }
 
 /// Builds `tests/macros_fixtures/nats_only.rs` as the `main.rs` of a package whose only
