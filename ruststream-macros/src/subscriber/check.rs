@@ -297,8 +297,9 @@ fn check_ctx_key(ty: &Type, errors: &mut Errors) -> bool {
     false
 }
 
-/// A standard type is never an extractor (no crate but the standard library could make it one):
-/// say which extractor gives such a value.
+/// A standard type is not an extractor (only a crate with its own state type could make it one,
+/// and it names it through an alias, which this check does not read): say which extractor gives
+/// such a value.
 fn check_standard_extractor(ty: &Type, errors: &mut Errors) -> bool {
     if !is_standard(ty) {
         return true;
@@ -315,7 +316,7 @@ fn check_standard_extractor(ty: &Type, errors: &mut Errors) -> bool {
     errors.push(error_at_tokens(
         ty,
         format!(
-            "`{shown}` is not an extractor: after the payload, a handler takes `Ctx<K>` (a value of the delivery by key), `State<T>` (part of the app state) or `&mut Context<'_>`; {key}and `State<{shown}>` takes a `{shown}` field of the state"
+            "`{shown}` is not an extractor: after the payload, a handler takes `Ctx<K>` (a value of the delivery by key), `State<T>` (part of the app state) or `&mut Context<'_>`; {key}and `State<{shown}>` takes a `{shown}` field of the state (a standard type your crate made an extractor, with `impl FromContext<YourState>`, is named through a type alias)"
         ),
     ));
     false
