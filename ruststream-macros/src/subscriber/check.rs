@@ -351,7 +351,9 @@ fn is_standard(ty: &Type) -> bool {
     }
 }
 
-/// Types that no crate but the standard library can make a key of.
+/// Standard types no crate but the standard library can make a key of, by names a crate would
+/// not give its own types (not `Box`, which is fundamental: `Box<MyKey>` can be a key; not
+/// `Duration`, a plausible name for a crate's own key).
 const STANDARD_TYPES: &[&str] = &[
     "u8",
     "u16",
@@ -373,14 +375,10 @@ const STANDARD_TYPES: &[&str] = &[
     "str",
     "Option",
     "Vec",
-    "Box",
     "Arc",
     "Rc",
     "NonZeroU32",
     "NonZeroU64",
-    "Duration",
-    "SystemTime",
-    "Instant",
     "HashMap",
     "BTreeMap",
 ];
