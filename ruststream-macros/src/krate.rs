@@ -225,7 +225,9 @@ mod tests {
         let runtime = quote!(::ruststream_nats::ruststream);
         let code = quote! {
             impl<S> ::ruststream::Mount<S, ()> for x where T: ::ruststream::FromContext<S> {
-                fn f() -> Vec<::ruststream::Registration> { a::ruststream::b(<T as ::ruststream::X>::Y) }
+                fn f() -> Vec<::ruststream::Registration> {
+                    a::ruststream::b(<T as ::ruststream::X>::Y)
+                }
             }
         };
         let out = retarget(code, &runtime).to_string();

@@ -1,5 +1,5 @@
-//! The code a checked `#[subscriber]` becomes: a struct and a `static` named after the function, its
-//! `Handle` (or `HandleBatch`) impl wrapping the function, and its `Mount` impl.
+//! The code a checked `#[subscriber]` becomes: a struct and a `static` named after the function,
+//! its `Handle` (or `HandleBatch`) impl wrapping the function, and its `Mount` impl.
 //!
 //! Type problems the macro cannot see (a payload that does not decode, a reply that is not
 //! `Outgoing`, an extractor that is not one) are left to the compiler, through calls and bounds
