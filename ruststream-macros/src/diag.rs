@@ -6,20 +6,27 @@ use quote::ToTokens;
 
 /// Every error found, reported together. `syn::Error` keeps the first and the last span of the
 /// tokens it is about, so the compiler underlines all of them.
-#[derive(Default)]
-pub struct Errors(Option<syn::Error>);
+///
+/// Like serde_derive's `Ctxt`, it must be ended with [`Errors::finish`] or
+/// [`Errors::finish_with`]: dropping it unfinished would lose every error it holds, so it panics
+/// (a bug in the macro, caught by its tests).
+pub struct Errors {
+    /// `None` once finished.
+    errors: Option<Vec<syn::Error>>,
+}
 
 impl Errors {
     /// No errors yet.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            errors: Some(Vec::new()),
+        }
     }
 
     /// Adds one.
     pub fn push(&mut self, error: syn::Error) {
-        match &mut self.0 {
-            Some(all) => all.combine(error),
-            None => self.0 = Some(error),
+        if let Some(errors) = &mut self.errors {
+            errors.push(error);
         }
     }
 
@@ -35,16 +42,30 @@ impl Errors {
     }
 
     /// `Err` with every error, or `Ok(value)` when there is none.
-    pub fn finish_with<T>(self, value: T) -> syn::Result<T> {
-        match self.0 {
-            Some(all) => Err(all),
+    pub fn finish_with<T>(mut self, value: T) -> syn::Result<T> {
+        let errors = self.errors.take().unwrap_or_default();
+        let mut errors = errors.into_iter();
+        match errors.next() {
             None => Ok(value),
+            Some(mut all) => {
+                all.extend(errors);
+                Err(all)
+            }
         }
     }
 
     /// `Err` with every error, or `Ok(())` when there is none.
     pub fn finish(self) -> syn::Result<()> {
         self.finish_with(())
+    }
+}
+
+impl Drop for Errors {
+    fn drop(&mut self) {
+        // Unfinished errors would vanish, and the macro would expand as if the input were right.
+        if self.errors.is_some() && !std::thread::panicking() {
+            panic!("the macro dropped its errors without reporting them: call `finish`");
+        }
     }
 }
 
@@ -111,6 +132,24 @@ pub fn type_text(tokens: &impl ToTokens) -> String {
 #[cfg(test)]
 mod tests {
     use super::type_text;
+
+    #[test]
+    fn finished_errors_are_reported() {
+        let mut errors = super::Errors::new();
+        errors.push(super::error_at(proc_macro2::Span::call_site(), "first"));
+        errors.push(super::error_at(proc_macro2::Span::call_site(), "second"));
+        let all = errors.finish().unwrap_err();
+        assert_eq!(all.into_iter().count(), 2);
+        assert!(super::Errors::new().finish().is_ok());
+    }
+
+    #[test]
+    #[should_panic(expected = "without reporting them")]
+    fn unfinished_errors_panic() {
+        let mut errors = super::Errors::new();
+        errors.push(super::error_at(proc_macro2::Span::call_site(), "lost"));
+        drop(errors);
+    }
 
     #[test]
     fn types_read_as_written() {

@@ -34,7 +34,9 @@ pub fn expand(input: TokenStream) -> TokenStream {
         let (first, last) = first_last(ty);
         let clone = quote_spanned!(first=> ::core::clone::Clone::clone);
         let arg = quote_spanned!(last=> (&state.#ident));
-        quote! {
+        // Spanned at the field's type: an error that shows this impl quotes the field.
+        quote_spanned! {first=>
+            #[automatically_derived]
             impl ::ruststream::FromRef<#name> for #ty {
                 fn from_ref(state: &#name) -> Self {
                     #clone #arg

@@ -11,6 +11,7 @@ use proc_macro::TokenStream;
 mod app;
 mod diag;
 mod from_ref;
+mod krate;
 mod nonzero;
 mod outgoing;
 mod subject;
@@ -36,9 +37,14 @@ mod subscriber;
 /// type. Without `reply` the function returns `HandlerOutcome` or `Result<(), HandlerOutcome>`;
 /// with `reply` it returns `Result<T, HandlerOutcome>` and `T: Outgoing` is published before the
 /// delivery is acknowledged. The guide is `docs/handlers.md`.
+///
+/// The code it writes reaches the runtime through `ruststream`, or `ruststream_nats` when the
+/// package depends on that alone; a crate that re-exports RustStream names the path with
+/// `crate = path` (as an argument here and of `#[ruststream::app]`, and as
+/// `#[ruststream(crate = path)]` under the derives).
 #[proc_macro_attribute]
 pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
-    subscriber::expand(args.into(), item.into()).into()
+    krate::attribute(args.into(), |args| subscriber::expand(args, item.into())).into()
 }
 
 /// Writes a `main` for the function it marks: a command line with `run` (the default) and
@@ -57,7 +63,7 @@ pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
 /// The function stays callable (tests start `app()` themselves). The guide is `docs/app.md`.
 #[proc_macro_attribute]
 pub fn app(args: TokenStream, item: TokenStream) -> TokenStream {
-    app::expand(args.into(), item.into()).into()
+    krate::attribute(args.into(), |args| app::expand(args, item.into())).into()
 }
 
 /// Implements `Outgoing`: the type knows the subject it is published to.
@@ -69,9 +75,9 @@ pub fn app(args: TokenStream, item: TokenStream) -> TokenStream {
 ///     payment: u64,
 /// }
 /// ```
-#[proc_macro_derive(Outgoing, attributes(outgoing))]
+#[proc_macro_derive(Outgoing, attributes(outgoing, ruststream))]
 pub fn outgoing(input: TokenStream) -> TokenStream {
-    outgoing::expand(input.into()).into()
+    krate::derive(input.into(), outgoing::expand).into()
 }
 
 /// Implements `FromRef<State>` for the type of every field of the app state, so that a handler
@@ -85,9 +91,9 @@ pub fn outgoing(input: TokenStream) -> TokenStream {
 ///     secret: String,
 /// }
 /// ```
-#[proc_macro_derive(FromRef, attributes(from_ref))]
+#[proc_macro_derive(FromRef, attributes(from_ref, ruststream))]
 pub fn from_ref(input: TokenStream) -> TokenStream {
-    from_ref::expand(input.into()).into()
+    krate::derive(input.into(), from_ref::expand).into()
 }
 
 /// A `NonZero` integer from a literal, checked at compile time; its integer type comes from

@@ -113,6 +113,7 @@ fn check(input: &DeriveInput) -> syn::Result<Model<'_>> {
 fn generate(ident: &syn::Ident, input: &DeriveInput, subject: &LitStr) -> TokenStream {
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     quote! {
+        #[automatically_derived]
         impl #impl_generics ::ruststream::Outgoing for #ident #ty_generics #where_clause {
             const SUBJECT: &'static str = #subject;
         }

@@ -22,6 +22,10 @@ pub mod testing;
 pub mod transport;
 mod validate;
 
+/// The runtime, for the code the macros write in a crate that depends only on `ruststream-nats`.
+#[doc(hidden)]
+pub use ruststream;
+
 pub use broker::NatsBroker;
 pub use copies::RETRY_COUNT_HEADER;
 pub use descriptor::{CoreSubject, CoreWildcard, DeliverPolicy, JetStreamSubject};

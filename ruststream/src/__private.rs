@@ -72,6 +72,20 @@ pub fn extract_batch<T: FromContext<S>, S>(
     extract(&first, state)
 }
 
+/// The key a `#[subscriber]` that wrote `Ctx<u32>` gets after reporting it, so that the function
+/// compiles without repeating the error; it is never read.
+pub struct NotAKey<T>(std::marker::PhantomData<T>);
+
+impl<T: Send + 'static> crate::extract::Key for NotAKey<T> {
+    type Value = T;
+    fn get(_ctx: &Context<'_>) -> Result<Self::Value, crate::extract::Rejection> {
+        Err(crate::extract::Rejection::new(
+            HandlerOutcome::drop(),
+            "`Ctx` was given a type instead of a key",
+        ))
+    }
+}
+
 /// What a handler without `reply` may return.
 #[diagnostic::on_unimplemented(
     message = "a subscriber returns `HandlerOutcome` or `Result<(), HandlerOutcome>`, not `{Self}`",
@@ -176,53 +190,29 @@ pub trait Payload: DeserializeOwned + Send + Sync + 'static {}
 #[diagnostic::do_not_recommend]
 impl<T: DeserializeOwned + Send + Sync + 'static> Payload for T {}
 
-/// Checks the payload type at its span.
-pub fn assert_payload<T: Payload>() {}
-
-/// Checks a `reply` type at its span.
-pub fn assert_outgoing<T: Outgoing>() {}
-
-/// How a generated `Mount` impl registers its handler. The bound `Payload: PayloadFor<S, Outs>`
-/// names the state, so that it is checked where the handler is mounted (the payload was already
-/// checked where it is defined, by `assert_payload`); it has no supertrait, which the compiler
-/// would check at once.
-pub trait PayloadFor<S, O>: Sized {
-    /// A single-message registration.
-    fn single<D: Descriptor, H: Handle<Self, O, S>>(
-        descriptor: D,
-        handler: H,
-        name: &str,
-    ) -> Registration<S>;
-
-    /// A batch registration.
-    fn batch<D: Descriptor, H: HandleBatch<Self, O, S>>(
-        descriptor: D,
-        handler: H,
-        name: &str,
-    ) -> Registration<S>;
+/// How a generated `Mount` impl registers a single-message handler. It is where the payload
+/// type (and a reply's) is checked, once, whether the handler is mounted or not: the call is
+/// spanned at the user's payload type, so an error points there.
+pub fn mount_single<T: Payload, O: Outs, S: Send + Sync + 'static, H: Handle<T, O, S>>(
+    descriptor: impl Descriptor,
+    handler: H,
+    name: &str,
+) -> Registration<S> {
+    Registration::single(name, descriptor, handler)
 }
 
-impl<T: Payload, O: Outs, S: Send + Sync + 'static> PayloadFor<S, O> for T {
-    fn single<D: Descriptor, H: Handle<Self, O, S>>(
-        descriptor: D,
-        handler: H,
-        name: &str,
-    ) -> Registration<S> {
-        Registration::single(name, descriptor, handler)
-    }
-
-    fn batch<D: Descriptor, H: HandleBatch<Self, O, S>>(
-        descriptor: D,
-        handler: H,
-        name: &str,
-    ) -> Registration<S> {
-        Registration::batch(name, descriptor, handler)
-    }
+/// The same for a batch handler.
+pub fn mount_batch<T: Payload, O: Outs, S: Send + Sync + 'static, H: HandleBatch<T, O, S>>(
+    descriptor: impl Descriptor,
+    handler: H,
+    name: &str,
+) -> Registration<S> {
+    Registration::batch(name, descriptor, handler)
 }
 
 /// How a generated `reply` handler publishes its value. The bound `R: ReplyFor<S>` names the
-/// state, so that it is checked where the handler is mounted (`assert_outgoing` already checked
-/// `R` where it is defined).
+/// state, so that it is not checked where the `Handle` impl is defined (`mount_single` checks
+/// `R` there, once).
 pub trait ReplyFor<S>: Sized {
     /// Publishes the `Ok` value, then acknowledges; see [`reply`].
     fn reply<'a>(

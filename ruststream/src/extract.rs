@@ -68,8 +68,7 @@ impl fmt::Display for Rejection {
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an extractor",
-    label = "a handler cannot take this parameter",
-    note = "after the payload, a handler takes extractors: `Ctx<K>` (a per-delivery value), `State<T>` (part of the app state) or `&mut Context<'_>`; implement `FromContext` to write your own"
+    label = "after the payload, a handler takes extractors: `Ctx<K>` (a per-delivery value), `State<T>` (part of the app state) or `&mut Context<'_>`; implement `FromContext` to write your own"
 )]
 pub trait FromContext<S>: Sized {
     /// Builds the parameter, or refuses the delivery.
@@ -101,6 +100,9 @@ where
     }
 }
 
+// Not recommended: a parameter that is not an extractor is told what extractors are (in
+// `FromContext`'s note), not shown this impl.
+#[diagnostic::do_not_recommend]
 impl<K: Key, S> FromContext<S> for Ctx<K> {
     fn from_context(ctx: &Context<'_>, _state: &S) -> Result<Self, Rejection> {
         K::get(ctx).map(Ctx)
@@ -167,8 +169,7 @@ impl<T: FromRef<S>, S> FromContext<S> for State<T> {
 /// every field.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not part of the app state `{T}`",
-    label = "`State<{Self}>` needs a field of this type in the state",
-    note = "add a field of type `{Self}` to the state struct and `#[derive(FromRef)]` on it, or take `State<{T}>`"
+    label = "`State<{Self}>` takes a field of this type from the state `.on_startup(..)` builds (`()` without one): add the field, with `#[derive(Clone, FromRef)]` on the state"
 )]
 pub trait FromRef<T> {
     /// The part, cloned out of the state.

@@ -356,11 +356,33 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
     }
 }
 
+mod cap {
+    use std::num::NonZeroU32;
+
+    /// What `max_attempts` takes: a `NonZeroU32` (a trait only so that another type is told how
+    /// to build one).
+    #[diagnostic::on_unimplemented(
+        message = "`max_attempts` takes a `NonZeroU32`, not `{Self}`: a cap of zero attempts would never run the handler",
+        label = "not a `NonZeroU32`",
+        note = "write `.max_attempts(nonzero!(3))`, checked at compile time, or `NonZeroU32::new(n)` for a count known only at run time (`None` for zero)"
+    )]
+    pub trait AttemptCap {
+        /// The cap.
+        fn into_cap(self) -> NonZeroU32;
+    }
+
+    impl AttemptCap for NonZeroU32 {
+        fn into_cap(self) -> NonZeroU32 {
+            self
+        }
+    }
+}
+
 impl<S> Registration<S> {
     /// Caps the attempts; the first delivery counts as one. At the cap a retry goes to the
     /// dead-letter subject, or ends (`+TERM` on JetStream, let go on Core).
-    pub fn max_attempts(&mut self, attempts: NonZeroU32) -> &mut Self {
-        self.policy.max_attempts = Some(attempts);
+    pub fn max_attempts(&mut self, attempts: impl cap::AttemptCap) -> &mut Self {
+        self.policy.max_attempts = Some(attempts.into_cap());
         self
     }
 

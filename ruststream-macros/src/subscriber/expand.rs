@@ -1,5 +1,5 @@
-//! The code a checked `#[subscriber]` becomes: a unit struct named after the function, its
-//! `Handle` (or `HandleBatch`) impl wrapping the function, and its `Mount` impl.
+//! The code a checked `#[subscriber]` becomes: a struct and a `static` named after the function,
+//! its `Handle` (or `HandleBatch`) impl wrapping the function, and its `Mount` impl.
 //!
 //! Type problems the macro cannot see (a payload that does not decode, a reply that is not
 //! `Outgoing`, an extractor that is not one) are left to the compiler, through calls and bounds
@@ -10,7 +10,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::Type;
 use syn::ext::IdentExt;
 
-use super::check::{Arg, Plan, Ret};
+use super::check::{Arg, Plan, Ret, value_type_in_ctx};
 use super::parse::{Descriptor, Handler, Shape};
 use crate::diag::first_last;
 
@@ -22,8 +22,14 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
     let value = value_struct(h);
     let payload = plan.payload;
 
+    // Spanned over the reply type: a reply that is not `Outgoing` is reported there.
     let outs = match plan.ret {
-        Ret::Reply { value, .. } => quote!(::ruststream::Publisher<#value>),
+        Ret::Reply { value, .. } => {
+            let (first, last) = first_last(value);
+            let open = quote_spanned!(first=> ::ruststream::Publisher<);
+            let close = quote_spanned!(last=> >);
+            quote!(#open #value #close)
+        }
         Ret::Outcome(_) => quote!(()),
     };
     let extractors: Vec<&Type> = plan
@@ -34,10 +40,14 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
             Arg::Context { .. } => None,
         })
         .collect();
-    // `Ty: FromContext<__S>`, spanned over `Ty`: a failing one names the parameter.
+    // `Ty: FromContext<__S>`, spanned over `Ty`: a failing one names the parameter. For
+    // `State<T>`, `T: FromRef<__S>`, which it comes down to: the error is one step shorter.
     let extractor_bounds: Vec<TokenStream> = extractors
         .iter()
-        .map(|ty| bound(ty, &quote!(::ruststream::FromContext), &quote!(<__S>)))
+        .map(|ty| match state_part(ty) {
+            Some(part) => bound_over(ty, part, &quote!(::ruststream::FromRef), &quote!(<__S>)),
+            None => bound(ty, &quote!(::ruststream::FromContext), &quote!(<__S>)),
+        })
         .collect();
 
     let handle = if plan.batch {
@@ -46,15 +56,6 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
         handle_single(plan, &outs, &extractor_bounds)
     };
 
-    // The payload and the reply were checked where the handler is defined (in the body of
-    // `handle`); these bounds name `__S`, so that they are checked again only where it is
-    // mounted, and a failing one points at the user's type.
-    let payload_bound = bound(
-        payload,
-        &quote!(::ruststream::__private::PayloadFor),
-        &quote!(<__S, #outs>),
-    );
-    let reply_bound = reply_bound(plan);
     let descriptor = match plan.descriptor {
         Descriptor::Literal(lit) => {
             quote_spanned!(lit.span()=> ::ruststream::__private::descriptor(#lit))
@@ -67,11 +68,31 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
         }
     };
     let register = if plan.batch {
-        quote!(batch)
+        quote!(mount_batch)
     } else {
-        quote!(single)
+        quote!(mount_single)
     };
+    // The payload (and a reply) is checked here, once, at the user's type, whether the handler
+    // is mounted or not; the impl bounds hold only the extractors', which depend on the state.
+    let (first, last) = first_last(payload);
+    let open = quote_spanned!(first=> ::ruststream::__private::#register::<);
+    let close = quote_spanned!(last=> , #outs, __S, Self>);
+    let register_call = quote!(#open #payload #close);
     let registration = name.unraw().to_string();
+    // Spanned at the function's name: an extractor this app's state cannot give is reported
+    // as "required for `name` to implement `Mount`" at that one line.
+    let mount = quote_spanned! {name.span()=>
+        #[automatically_derived]
+        impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
+            ::ruststream::Mount<__S, ()> for #name
+        where
+            #(#extractor_bounds,)*
+        {
+            fn mount(self) -> ::ruststream::Registration<__S> {
+                #register_call(#descriptor, self, #registration)
+            }
+        }
+    };
 
     quote! {
         #value
@@ -80,21 +101,7 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
         #handle
 
         #(#cfgs)*
-        impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
-            ::ruststream::Mount<__S, ()> for #name
-        where
-            #(#extractor_bounds,)*
-            #payload_bound,
-            #reply_bound
-        {
-            fn mount(self) -> ::ruststream::Registration<__S> {
-                <#payload as ::ruststream::__private::PayloadFor<__S, #outs>>::#register(
-                    #descriptor,
-                    self,
-                    #registration,
-                )
-            }
-        }
+        #mount
     }
 }
 
@@ -104,27 +111,21 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
     let name = &h.item.sig.ident;
     let payload = plan.payload;
     let inner = inner_fn(h);
-    let check_payload = check_call(quote!(assert_payload), payload, quote!(()));
     let (state, extracts, call_args) = arguments(
         plan,
         &quote!(extract),
         &quote!(state),
         |o| quote!(return ::core::result::Result::Err(#o)),
     );
-    let (check_reply, finish) = match plan.ret {
-        Ret::Reply { value, .. } => (
-            check_call(quote!(assert_outgoing), value, quote!(();)),
-            quote! {
-                <#value as ::ruststream::__private::ReplyFor<__S>>::reply(__ret, __outs, __ctx).await
-            },
-        ),
-        Ret::Outcome(ty) => (
-            TokenStream::new(),
-            check_call(quote!(into_result), ty, quote!((__ret))),
-        ),
+    let finish = match plan.ret {
+        Ret::Reply { value, .. } => quote! {
+            <#value as ::ruststream::__private::ReplyFor<__S>>::reply(__ret, __outs, __ctx).await
+        },
+        Ret::Outcome(ty) => check_call(quote!(into_result), ty, quote!((__ret))),
     };
     let reply_bound = reply_bound(plan);
     quote! {
+        #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
             ::ruststream::Handle<#payload, #outs, __S> for #name
         where
@@ -138,8 +139,6 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
                 __ctx: &mut ::ruststream::Context<'_>,
             ) -> ::core::result::Result<(), ::ruststream::HandlerOutcome> {
                 #inner
-                #check_payload;
-                #check_reply
                 #state
                 #(#extracts)*
                 let __ret = #name(__input, #(#call_args),*).await;
@@ -173,6 +172,32 @@ fn bound(ty: &Type, trait_path: &TokenStream, args: &TokenStream) -> TokenStream
     quote!(#ty: #path #args)
 }
 
+/// `T` of an extractor written `State<T>`.
+fn state_part(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = super::parse::strip(ty) else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    if path.qself.is_some() || last.ident != "State" {
+        return None;
+    }
+    match &last.arguments {
+        syn::PathArguments::AngleBracketed(args) if args.args.len() == 1 => match &args.args[0] {
+            syn::GenericArgument::Type(part) => Some(part),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `part: Trait<Args>` whose trait path spans all of `ty` (the whole parameter type).
+fn bound_over(ty: &Type, part: &Type, trait_path: &TokenStream, args: &TokenStream) -> TokenStream {
+    let (first, last) = first_last(ty);
+    let path = respan(trait_path.clone(), first);
+    let args = respan(args.clone(), last);
+    quote!(#part: #path #args)
+}
+
 /// `tokens`, every one spanned at `span`.
 fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
@@ -196,7 +221,6 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
     let name = &h.item.sig.ident;
     let payload = plan.payload;
     let inner = inner_fn(h);
-    let check_payload = check_call(quote!(assert_payload), payload, quote!(()));
     let (state, extracts, call_args) = arguments(
         plan,
         &quote!(extract_batch),
@@ -209,6 +233,7 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
         Ret::Reply { .. } => quote!(::core::unreachable!()),
     };
     quote! {
+        #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
             ::ruststream::HandleBatch<#payload, (), __S> for #name
         where
@@ -221,7 +246,6 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
                 __ctx: &mut ::ruststream::BatchContext<'_>,
             ) -> ::ruststream::BatchOutcome {
                 #inner
-                #check_payload;
                 #state
                 #(#extracts)*
                 let __ret = #name(__input, #(#call_args),*).await;
@@ -292,18 +316,33 @@ fn inner_fn(h: &Handler) -> TokenStream {
     }
 }
 
-/// The unit struct that carries the function's name, visibility and docs.
+/// The handler value that carries the function's name, visibility and docs: a field-less struct
+/// (in the type namespace) and a `static` of it (in the value namespace).
+///
+/// Not a unit struct: a unit struct's name is a pattern, so `let capture = ..;` anywhere in the
+/// module would silently match against the handler instead of binding a variable. A `static`
+/// cannot be shadowed by a binding, so that `let` is an error that names the handler ("let
+/// bindings cannot shadow statics", pointing at the function).
 fn value_struct(h: &Handler) -> TokenStream {
     let name = &h.item.sig.ident;
     let vis = &h.item.vis;
-    let docs = h.docs();
-    let cfgs = h.cfgs();
+    let docs: Vec<_> = h.docs().collect();
+    let cfgs: Vec<_> = h.cfgs().collect();
+    // Spanned at the function's name: "the static `capture` is defined here" points there.
+    let value = quote_spanned! {name.span()=>
+        #[allow(non_upper_case_globals)]
+        #vis static #name: #name = #name {};
+    };
     quote! {
         #(#docs)*
         #(#cfgs)*
         #[allow(non_camel_case_types)]
         #[derive(::core::fmt::Debug, ::core::clone::Clone, ::core::marker::Copy, ::core::default::Default)]
-        #vis struct #name;
+        #vis struct #name {}
+
+        #(#docs)*
+        #(#cfgs)*
+        #value
     }
 }
 
@@ -322,6 +361,23 @@ pub fn fallback(h: &Handler, errors: syn::Error) -> TokenStream {
     let cfgs: Vec<_> = h.cfgs().collect();
     let mut item = h.item.clone();
     item.sig.asyncness = Some(syn::Token![async](Span::call_site()));
+    // A `Ctx<u32>` already reported becomes a `Ctx` the compiler accepts, so that the body
+    // does not repeat the error for every use of the parameter.
+    for input in &mut item.sig.inputs {
+        if let syn::FnArg::Typed(typed) = input
+            && let Some(value) = value_type_in_ctx(&typed.ty)
+        {
+            let value = value.clone();
+            let ty = &mut *typed.ty;
+            if let Type::Path(path) = ty
+                && let Some(last) = path.path.segments.last_mut()
+            {
+                last.arguments = syn::PathArguments::AngleBracketed(syn::parse_quote!(
+                    <::ruststream::__private::NotAKey<#value>>
+                ));
+            }
+        }
+    }
     item.attrs.retain(|a| !a.path().is_ident("doc"));
     quote! {
         #errors
@@ -334,6 +390,7 @@ pub fn fallback(h: &Handler, errors: syn::Error) -> TokenStream {
         };
 
         #(#cfgs)*
+        #[automatically_derived]
         impl<__S> ::ruststream::Mount<__S, ()> for #name {
             fn mount(self) -> ::ruststream::Registration<__S> {
                 ::core::unreachable!("`#[subscriber]` reported an error at compile time")

@@ -78,8 +78,8 @@ impl JetStreamSubject {
 
     /// How long the server waits for a settlement before delivering again (30 s by default).
     /// Set it above the handler's worst time.
-    pub fn ack_wait(mut self, wait: NonZeroDuration) -> Self {
-        self.ack_wait = wait;
+    pub fn ack_wait(mut self, wait: impl wait::AckWait) -> Self {
+        self.ack_wait = wait.into_wait();
         self
     }
 
@@ -182,5 +182,27 @@ impl Descriptor for JetStreamSubject {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+mod wait {
+    use ruststream::NonZeroDuration;
+
+    /// What `ack_wait` takes: a `NonZeroDuration` (a trait only so that a `Duration` is told how
+    /// to build one).
+    #[diagnostic::on_unimplemented(
+        message = "`ack_wait` takes a `NonZeroDuration`, not `{Self}`: the server cannot wait zero for a settlement",
+        label = "not a `NonZeroDuration`",
+        note = "write `.ack_wait(NonZeroDuration::from_secs(nonzero!(60)))`, checked at compile time, or `NonZeroDuration::new(duration)` for one known only at run time (`None` for zero)"
+    )]
+    pub trait AckWait {
+        /// The wait.
+        fn into_wait(self) -> NonZeroDuration;
+    }
+
+    impl AckWait for NonZeroDuration {
+        fn into_wait(self) -> NonZeroDuration {
+            self
+        }
     }
 }

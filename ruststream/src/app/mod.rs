@@ -198,10 +198,8 @@ impl<S> fmt::Debug for Scope<S> {
 impl<S> Scope<S> {
     /// Mounts a `#[subscriber]` function or a descriptor with a handler; returns the
     /// registration, to chain `.max_attempts(..)`, `.dead_letter(..)`, `.retry_to(..)`.
-    pub fn include<M, Marker>(&mut self, subscriber: M) -> &mut Registration<S>
-    where
-        M: Mount<S, Marker>,
-    {
+    // The bound is written inline: an error quotes this one line.
+    pub fn include<M: Mount<S, Marker>, Marker>(&mut self, subscriber: M) -> &mut Registration<S> {
         self.registrations.push(subscriber.mount());
         let last = self.registrations.len() - 1;
         &mut self.registrations[last]
@@ -266,11 +264,24 @@ impl RustStream<(), Unmounted> {
     }
 }
 
-impl<S: Send + Sync + 'static> RustStream<S, Unmounted> {
+mod order {
+    /// The builder has no broker yet, so `on_startup` may still change the state type.
+    #[diagnostic::on_unimplemented(
+        message = "`.on_startup(..)` comes before `.with_broker(..)`",
+        label = "called after `.with_broker(..)`",
+        note = "move `.on_startup(..)` above `.with_broker(..)`: the handlers mounted there take their `State<T>` from the state it builds"
+    )]
+    pub trait BeforeBroker {}
+
+    impl BeforeBroker for super::Unmounted {}
+}
+
+impl<S: Send + Sync + 'static, M> RustStream<S, M> {
     /// Builds the state at startup from the previous one (`()` at first); a failure stops the
     /// app from starting. Call it before `with_broker`.
     pub fn on_startup<F, Fut, S2, E>(self, hook: F) -> RustStream<S2, Unmounted>
     where
+        M: order::BeforeBroker,
         F: FnOnce(S) -> Fut + Send + 'static,
         Fut: Future<Output = Result<S2, E>> + Send + 'static,
         E: std::error::Error + Send + Sync + 'static,

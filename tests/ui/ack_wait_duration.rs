@@ -1,0 +1,20 @@
+use ruststream_nats::prelude::*;
+use serde::Deserialize;
+use std::time::Duration;
+
+#[derive(Deserialize)]
+struct Payment {
+    id: u64,
+}
+
+#[subscriber(
+    JetStreamSubject::new("payments.authorized", "PAYMENTS")
+        .durable("capture")
+        .ack_wait(Duration::from_secs(60))
+)]
+async fn capture(payment: &Payment) -> HandlerOutcome {
+    let _ = payment.id;
+    HandlerOutcome::ack()
+}
+
+fn main() {}

@@ -1,0 +1,22 @@
+use ruststream_nats::prelude::*;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Payment {
+    id: u64,
+}
+
+#[subscriber("payments.authorized")]
+async fn capture(payment: &Payment, Ctx(retries): Ctx<u32>) -> HandlerOutcome {
+    let _ = (payment.id, retries);
+    HandlerOutcome::ack()
+}
+
+fn main() {
+    let _app = RustStream::new(AppInfo::new("payments", "0.1.0")).with_broker(
+        NatsBroker::new("nats://localhost:4222"),
+        |b| {
+            b.include(capture);
+        },
+    );
+}
