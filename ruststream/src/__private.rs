@@ -201,6 +201,24 @@ pub fn mount_single<T: Payload, O: Outs, S: Send + Sync + 'static, H: Handle<T, 
     Registration::single(name, descriptor, handler)
 }
 
+/// The same for a handler taking the payload's bytes as `&Bytes`, undecoded.
+pub fn mount_raw<T, O: Outs, S: Send + Sync + 'static, H: Handle<bytes::Bytes, O, S>>(
+    descriptor: impl Descriptor,
+    handler: H,
+    name: &str,
+) -> Registration<S> {
+    Registration::raw(name, descriptor, handler)
+}
+
+/// The same for a handler taking the payload's bytes as `&[u8]`, undecoded.
+pub fn mount_raw_slice<T: ?Sized, O: Outs, S: Send + Sync + 'static, H: Handle<[u8], O, S>>(
+    descriptor: impl Descriptor,
+    handler: H,
+    name: &str,
+) -> Registration<S> {
+    Registration::raw_slice(name, descriptor, handler)
+}
+
 /// The same for a batch handler.
 pub fn mount_batch<T: Payload, O: Outs, S: Send + Sync + 'static, H: HandleBatch<T, O, S>>(
     descriptor: impl Descriptor,

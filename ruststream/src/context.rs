@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::codec::{Codec, Json};
+use crate::codec::{CONTENT_TYPE, Codec, Format};
 use crate::delivery::{Delivery, Headers, OutboundMessage};
 use crate::error::{PublishError, PublishErrorKind};
 use crate::extract::Rejection;
@@ -23,6 +23,8 @@ pub struct Context<'a> {
     state: &'a (dyn Any + Send + Sync),
     publisher: &'a dyn Publish,
     registration: &'a str,
+    /// The registration's payload format, which outputs are encoded in.
+    format: Format,
 }
 
 impl<'a> Context<'a> {
@@ -38,7 +40,38 @@ impl<'a> Context<'a> {
             state,
             publisher,
             registration,
+            format: Format::Json,
         }
+    }
+
+    /// The same context, publishing in `format` (the registration's, set by the runtime).
+    pub fn with_format(mut self, format: Format) -> Self {
+        self.format = format;
+        self
+    }
+
+    /// The payload format of the registration: what the input was decoded from and what
+    /// outputs are encoded in.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// `value` in the registration's format, as a message to `subject` saying its
+    /// `content-type`.
+    fn encoded<T: Serialize + ?Sized>(
+        &self,
+        subject: &str,
+        value: &T,
+    ) -> Result<OutboundMessage, PublishError> {
+        let payload = self
+            .format
+            .encode(value)
+            .map_err(|e| PublishError::new(PublishErrorKind::Encode, subject).with_source(e))?;
+        let mut message = OutboundMessage::new(subject, payload);
+        message
+            .headers
+            .insert(CONTENT_TYPE, self.format.content_type());
+        Ok(message)
     }
 
     /// The delivery, as it arrived.
@@ -86,28 +119,22 @@ impl<'a> Context<'a> {
         K::get(self)
     }
 
-    /// Publishes an [`Outgoing`] message to its subject.
+    /// Publishes an [`Outgoing`] message to its subject, in the registration's format (JSON
+    /// by default) with its `content-type` header.
     pub async fn publish<T: Outgoing>(&self, value: &T) -> Result<(), PublishError> {
-        let payload = value
-            .encode()
-            .map_err(|e| PublishError::new(PublishErrorKind::Encode, T::SUBJECT).with_source(e))?;
-        self.publisher
-            .publish(OutboundMessage::new(T::SUBJECT, payload))
-            .await
+        let message = self.encoded(T::SUBJECT, value)?;
+        self.publisher.publish(message).await
     }
 
-    /// Publishes any serializable value, as JSON, to `subject`.
+    /// Publishes any serializable value to `subject`, in the registration's format (JSON by
+    /// default) with its `content-type` header.
     pub async fn publish_to<T: Serialize + ?Sized>(
         &self,
         subject: &str,
         value: &T,
     ) -> Result<(), PublishError> {
-        let payload = Json
-            .encode(value)
-            .map_err(|e| PublishError::new(PublishErrorKind::Encode, subject).with_source(e))?;
-        self.publisher
-            .publish(OutboundMessage::new(subject, payload))
-            .await
+        let message = self.encoded(subject, value)?;
+        self.publisher.publish(message).await
     }
 
     /// Publishes a message as it is.

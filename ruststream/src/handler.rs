@@ -83,6 +83,7 @@ pub struct BatchContext<'a> {
     state: &'a (dyn std::any::Any + Send + Sync),
     publisher: &'a dyn crate::Publish,
     registration: &'a str,
+    format: crate::codec::Format,
 }
 
 impl<'a> BatchContext<'a> {
@@ -98,7 +99,14 @@ impl<'a> BatchContext<'a> {
             state,
             publisher,
             registration,
+            format: crate::codec::Format::Json,
         }
+    }
+
+    /// The same batch context, its messages' contexts publishing in `format`.
+    pub fn with_format(mut self, format: crate::codec::Format) -> Self {
+        self.format = format;
+        self
     }
 
     /// How many messages the batch holds.
@@ -114,12 +122,10 @@ impl<'a> BatchContext<'a> {
     /// The context of message `index`.
     pub fn context(&self, index: usize) -> Option<Context<'a>> {
         let delivery = self.deliveries.get(index)?;
-        Some(Context::new(
-            delivery,
-            self.state,
-            self.publisher,
-            self.registration,
-        ))
+        Some(
+            Context::new(delivery, self.state, self.publisher, self.registration)
+                .with_format(self.format),
+        )
     }
 
     /// The app state, when it is of type `S`.

@@ -12,7 +12,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 
-use crate::codec::{Codec, Json};
+use crate::codec::Format;
 use crate::context::Context;
 use crate::delivery::Delivery;
 use crate::handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs};
@@ -111,6 +111,9 @@ pub struct Policy {
     pub concurrency: NonZeroUsize,
     /// What an undecodable payload becomes.
     pub undecodable: UndecodablePolicy,
+    /// The payload format: `None` until the registration, its broker or the app chose one
+    /// (JSON).
+    pub codec: Option<Format>,
 }
 
 impl Default for Policy {
@@ -121,6 +124,7 @@ impl Default for Policy {
             retry_to: None,
             concurrency: NonZeroUsize::MIN,
             undecodable: UndecodablePolicy::default(),
+            codec: None,
         }
     }
 }
@@ -151,6 +155,20 @@ impl RegistrationInfo {
     }
 }
 
+/// The parts of a registration's policy `describe` shows under its table, when they differ
+/// from the defaults: the payload format, the failure policy, middleware.
+#[doc(hidden)]
+pub fn policy_notes(r: &RegistrationInfo) -> Vec<String> {
+    let mut notes = Vec::new();
+    if let Some(codec) = r.policy.codec {
+        notes.push(format!(
+            "codec {}",
+            crate::codec::Codec::content_type(&codec)
+        ));
+    }
+    notes
+}
+
 /// What came of handing one delivery to its handler.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -175,10 +193,16 @@ impl Handled {
     }
 }
 
-type SingleFn<S> = dyn for<'a> Fn(&'a Delivery, Arc<S>, &'a dyn Publish, &'a str) -> BoxFuture<'a, Handled>
+type SingleFn<S> = dyn for<'a> Fn(&'a Delivery, Arc<S>, &'a dyn Publish, &'a str, Format) -> BoxFuture<'a, Handled>
     + Send
     + Sync;
-type BatchFn<S> = dyn for<'a> Fn(&'a [&'a Delivery], Arc<S>, &'a dyn Publish, &'a str) -> BoxFuture<'a, Vec<Handled>>
+type BatchFn<S> = dyn for<'a> Fn(
+        &'a [&'a Delivery],
+        Arc<S>,
+        &'a dyn Publish,
+        &'a str,
+        Format,
+    ) -> BoxFuture<'a, Vec<Handled>>
     + Send
     + Sync;
 
@@ -246,16 +270,16 @@ impl<S: Send + Sync + 'static> Registration<S> {
     {
         let handler = Arc::new(handler);
         let outs = Arc::new(O::default());
-        let call: Arc<SingleFn<S>> = Arc::new(move |delivery, state, publisher, name| {
+        let call: Arc<SingleFn<S>> = Arc::new(move |delivery, state, publisher, name, codec| {
             let handler = Arc::clone(&handler);
             let outs = Arc::clone(&outs);
             Box::pin(async move {
-                let input: In = match Json.decode(delivery.payload()) {
+                let input: In = match crate::codec::decode_delivery(codec, delivery) {
                     Ok(input) => input,
                     Err(err) => return Handled::Undecodable(err.to_string()),
                 };
                 let state: &(dyn Any + Send + Sync) = &*state;
-                let mut ctx = Context::new(delivery, state, publisher, name);
+                let mut ctx = Context::new(delivery, state, publisher, name).with_format(codec);
                 let run = handler.handle(&input, &outs, &mut ctx);
                 match std::panic::AssertUnwindSafe(run).catch_unwind().await {
                     Ok(Ok(())) => Handled::Outcome(HandlerOutcome::Ack),
@@ -283,7 +307,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
     {
         let handler = Arc::new(handler);
         let outs = Arc::new(O::default());
-        let call: Arc<BatchFn<S>> = Arc::new(move |deliveries, state, publisher, name| {
+        let call: Arc<BatchFn<S>> = Arc::new(move |deliveries, state, publisher, name, codec| {
             let handler = Arc::clone(&handler);
             let outs = Arc::clone(&outs);
             Box::pin(async move {
@@ -291,7 +315,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
                 let mut inputs = Vec::with_capacity(deliveries.len());
                 let mut decoded = Vec::with_capacity(deliveries.len());
                 for (i, delivery) in deliveries.iter().enumerate() {
-                    match Json.decode::<In>(delivery.payload()) {
+                    match crate::codec::decode_delivery::<In>(codec, delivery) {
                         Ok(v) => {
                             inputs.push(v);
                             decoded.push(i);
@@ -302,7 +326,8 @@ impl<S: Send + Sync + 'static> Registration<S> {
                 if !inputs.is_empty() {
                     let state: &(dyn Any + Send + Sync) = &*state;
                     let batch: Vec<&Delivery> = decoded.iter().map(|&i| deliveries[i]).collect();
-                    let mut ctx = BatchContext::new(batch, state, publisher, name);
+                    let mut ctx =
+                        BatchContext::new(batch, state, publisher, name).with_format(codec);
                     let run = handler.handle_batch(&inputs, &outs, &mut ctx);
                     let per = match std::panic::AssertUnwindSafe(run).catch_unwind().await {
                         Ok(outcome) => batch_results(outcome, decoded.len()),
@@ -324,6 +349,66 @@ impl<S: Send + Sync + 'static> Registration<S> {
             name: name.into(),
             descriptor: Arc::new(descriptor),
             handler: HandlerKind::Batch(call),
+            policy: Policy::default(),
+            publishes: O::subjects(),
+        }
+    }
+}
+
+impl<S: Send + Sync + 'static> Registration<S> {
+    /// A registration of handler `H` for payloads taken as they arrived, as [`Bytes`]: no
+    /// decoding, no `content-type` check (a `#[subscriber]` taking `&Bytes`).
+    pub fn raw<D, H, O>(name: impl Into<String>, descriptor: D, handler: H) -> Self
+    where
+        D: Descriptor,
+        H: Handle<bytes::Bytes, O, S>,
+        O: Outs,
+    {
+        Self::raw_with(name, descriptor, handler, |d| d.payload())
+    }
+
+    /// The same for a handler taking the payload as `&[u8]`.
+    pub fn raw_slice<D, H, O>(name: impl Into<String>, descriptor: D, handler: H) -> Self
+    where
+        D: Descriptor,
+        H: Handle<[u8], O, S>,
+        O: Outs,
+    {
+        Self::raw_with(name, descriptor, handler, |d| &d.payload()[..])
+    }
+
+    fn raw_with<D, H, O, In>(
+        name: impl Into<String>,
+        descriptor: D,
+        handler: H,
+        payload: for<'a> fn(&'a Delivery) -> &'a In,
+    ) -> Self
+    where
+        D: Descriptor,
+        H: Handle<In, O, S>,
+        In: ?Sized + Sync + 'static,
+        O: Outs,
+    {
+        let handler = Arc::new(handler);
+        let outs = Arc::new(O::default());
+        let call: Arc<SingleFn<S>> = Arc::new(move |delivery, state, publisher, name, codec| {
+            let handler = Arc::clone(&handler);
+            let outs = Arc::clone(&outs);
+            Box::pin(async move {
+                let state: &(dyn Any + Send + Sync) = &*state;
+                let mut ctx = Context::new(delivery, state, publisher, name).with_format(codec);
+                let run = handler.handle(payload(delivery), &outs, &mut ctx);
+                match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+                    Ok(Ok(())) => Handled::Outcome(HandlerOutcome::Ack),
+                    Ok(Err(outcome)) => Handled::Outcome(outcome),
+                    Err(panic) => Handled::Panicked(panic_message(panic.as_ref())),
+                }
+            })
+        });
+        Self {
+            name: name.into(),
+            descriptor: Arc::new(descriptor),
+            handler: HandlerKind::Single(call),
             policy: Policy::default(),
             publishes: O::subjects(),
         }
@@ -404,6 +489,21 @@ impl<S> Registration<S> {
         self
     }
 
+    /// The payload format: what the input is decoded from (its `content-type`, when it says
+    /// one, must name this format, or the payload is undecodable) and what outputs are encoded
+    /// in. Overrides the broker's and the app's; JSON when none chose. See `docs/codecs.md`.
+    pub fn codec(&mut self, format: Format) -> &mut Self {
+        self.policy.codec = Some(format);
+        self
+    }
+
+    /// Sets the format when the registration chose none (the broker's, then the app's).
+    pub(crate) fn inherit_codec(&mut self, format: Option<Format>) {
+        if self.policy.codec.is_none() {
+            self.policy.codec = format;
+        }
+    }
+
     /// Renames the registration (in logs, `describe` and test assertions).
     pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
         self.name = name.into();
@@ -429,15 +529,17 @@ impl<S: Send + Sync + 'static> Registration<S> {
         observer: Option<Arc<dyn crate::app::Observer>>,
     ) -> Endpoint {
         let info = self.info();
+        let codec = self.policy.codec.unwrap_or_default();
         let handler = match self.handler {
             HandlerKind::Single(call) => {
                 let state = Arc::clone(&state);
                 let f: Arc<BoundSingle> =
-                    Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n));
+                    Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n, codec));
                 BoundHandler::Single(f)
             }
             HandlerKind::Batch(call) => {
-                let f: Arc<BoundBatch> = Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n));
+                let f: Arc<BoundBatch> =
+                    Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n, codec));
                 BoundHandler::Batch(f)
             }
         };

@@ -146,6 +146,14 @@ fn check_payload<'a>(handler: &'a Handler, errors: &mut Errors) -> (Option<&'a T
             elem,
             mutable: false,
         } => (Some(elem), false),
+        // `&[u8]` is the payload's bytes as they arrived, not a batch of numbers.
+        Shape::Slice {
+            elem,
+            mutable: false,
+        } if last_segment_is(elem, "u8") => match first.ty.as_ref().map(strip) {
+            Some(Type::Reference(r)) => (Some(&*r.elem), false),
+            _ => (Some(elem), true),
+        },
         Shape::Slice {
             elem,
             mutable: false,

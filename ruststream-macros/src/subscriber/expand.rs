@@ -67,8 +67,13 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
             quote!(#open #args)
         }
     };
+    // A payload taken as bytes (`&[u8]`, `&Bytes`) is handed over as it arrived, undecoded.
     let register = if plan.batch {
         quote!(mount_batch)
+    } else if matches!(super::parse::strip(payload), Type::Slice(_)) {
+        quote!(mount_raw_slice)
+    } else if super::parse::last_segment_is(payload, "Bytes") {
+        quote!(mount_raw)
     } else {
         quote!(mount_single)
     };

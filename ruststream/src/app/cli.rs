@@ -107,6 +107,12 @@ pub fn describe<A: App>(app: &A) -> String {
         let cells: Vec<&str> = r.iter().map(String::as_str).collect();
         let _ = writeln!(out, "{}", line(&cells));
     }
+    for r in app.registrations() {
+        let notes = crate::registration::policy_notes(&r);
+        if !notes.is_empty() {
+            let _ = writeln!(out, "{}: {}", r.name, notes.join(", "));
+        }
+    }
     out
 }
 

@@ -187,6 +187,7 @@ impl RunningApp {
 /// The registrations of one broker, as the `with_broker` closure receives them.
 pub struct Scope<S> {
     registrations: Vec<Registration<S>>,
+    codec: Option<crate::codec::Format>,
 }
 
 impl<S> fmt::Debug for Scope<S> {
@@ -203,6 +204,13 @@ impl<S> Scope<S> {
         self.registrations.push(subscriber.mount());
         let last = self.registrations.len() - 1;
         &mut self.registrations[last]
+    }
+
+    /// The payload format of this broker's registrations that choose none themselves
+    /// (overrides the app's); see `docs/codecs.md`.
+    pub fn codec(&mut self, format: crate::codec::Format) -> &mut Self {
+        self.codec = Some(format);
+        self
     }
 }
 
@@ -235,6 +243,7 @@ pub struct RustStream<S = (), M = Unmounted> {
     shutdown: Vec<ShutdownFn<S>>,
     brokers: Vec<BrokerScope<S>>,
     drain_timeout: Duration,
+    codec: Option<crate::codec::Format>,
     _mounted: PhantomData<fn() -> M>,
 }
 
@@ -259,6 +268,7 @@ impl RustStream<(), Unmounted> {
             shutdown: Vec::new(),
             brokers: Vec::new(),
             drain_timeout: Duration::from_secs(30),
+            codec: None,
             _mounted: PhantomData,
         }
     }
@@ -302,6 +312,7 @@ impl<S: Send + Sync + 'static, M> RustStream<S, M> {
             shutdown: Vec::new(),
             brokers: Vec::new(),
             drain_timeout: self.drain_timeout,
+            codec: self.codec,
             _mounted: PhantomData,
         }
     }
@@ -316,8 +327,12 @@ impl<S: Send + Sync + 'static, M> RustStream<S, M> {
     ) -> RustStream<S, Mounted> {
         let mut scope = Scope {
             registrations: Vec::new(),
+            codec: None,
         };
         mount(&mut scope);
+        for registration in &mut scope.registrations {
+            registration.inherit_codec(scope.codec.or(self.codec));
+        }
         self.brokers.push((Box::new(broker), scope.registrations));
         RustStream {
             info: self.info,
@@ -325,6 +340,7 @@ impl<S: Send + Sync + 'static, M> RustStream<S, M> {
             shutdown: self.shutdown,
             brokers: self.brokers,
             drain_timeout: self.drain_timeout,
+            codec: self.codec,
             _mounted: PhantomData,
         }
     }
@@ -344,6 +360,18 @@ impl<S: Send + Sync + 'static, M> RustStream<S, M> {
             }
             .boxed()
         }));
+        self
+    }
+
+    /// The payload format of every registration whose broker and mount site choose none,
+    /// mounted before or after this call; see `docs/codecs.md`.
+    pub fn codec(mut self, format: crate::codec::Format) -> Self {
+        self.codec = Some(format);
+        for (_, registrations) in &mut self.brokers {
+            for registration in registrations {
+                registration.inherit_codec(Some(format));
+            }
+        }
         self
     }
 

@@ -1,0 +1,396 @@
+//! Codecs (issue 15): JSON by default, MessagePack and CBOR chosen per registration, broker or
+//! app; the `content-type` header written on outputs and checked on inputs (a mismatch is
+//! undecodable and goes to the dead letter); raw `&[u8]` / `&Bytes` payloads never decoded.
+//! In process under a paused clock, and live on a real nats-server.
+
+mod nats_support;
+
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use ruststream::codec::{CONTENT_TYPE, Codec, Format};
+use ruststream::{AppInfo, HandlerOutcome, Headers, Outgoing, RustStream, subscriber};
+use ruststream_nats::NatsBroker;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Order {
+    id: u64,
+    note: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Outgoing)]
+#[outgoing(name = "receipts.made")]
+struct Receipt {
+    id: u64,
+    note: String,
+}
+
+#[subscriber("orders.json", reply)]
+async fn json_receipt(order: &Order) -> Result<Receipt, HandlerOutcome> {
+    Ok(Receipt {
+        id: order.id,
+        note: order.note.clone(),
+    })
+}
+
+#[subscriber("orders.msgpack", reply)]
+async fn msgpack_receipt(order: &Order) -> Result<Receipt, HandlerOutcome> {
+    Ok(Receipt {
+        id: order.id,
+        note: order.note.clone(),
+    })
+}
+
+#[subscriber("orders.cbor", reply)]
+async fn cbor_receipt(order: &Order) -> Result<Receipt, HandlerOutcome> {
+    Ok(Receipt {
+        id: order.id,
+        note: order.note.clone(),
+    })
+}
+
+static RAW: Mutex<Vec<(String, Vec<u8>)>> = Mutex::new(Vec::new());
+
+#[subscriber("raw.slice")]
+async fn raw_slice(payload: &[u8]) -> HandlerOutcome {
+    RAW.lock().unwrap().push(("slice".into(), payload.to_vec()));
+    HandlerOutcome::ack()
+}
+
+#[subscriber("raw.bytes")]
+async fn raw_bytes(payload: &Bytes) -> HandlerOutcome {
+    RAW.lock().unwrap().push(("bytes".into(), payload.to_vec()));
+    HandlerOutcome::ack()
+}
+
+fn raw_seen(kind: &str) -> Vec<Vec<u8>> {
+    RAW.lock()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k == kind)
+        .map(|(_, p)| p.clone())
+        .collect()
+}
+
+/// JSON by default; MessagePack chosen at the mount site; CBOR for the whole broker.
+fn app<B: ruststream::Broker>(broker: B) -> impl ruststream::App<State = ()> {
+    RustStream::new(AppInfo::new("codecs", "0.1.0")).with_broker(broker, |b| {
+        b.codec(Format::Cbor);
+        b.include(json_receipt)
+            .codec(Format::Json)
+            .dead_letter("dead.orders");
+        b.include(msgpack_receipt)
+            .codec(Format::MessagePack)
+            .dead_letter("dead.orders");
+        b.include(cbor_receipt).dead_letter("dead.orders");
+        b.include(raw_slice);
+        b.include(raw_bytes);
+    })
+}
+
+fn order(id: u64) -> Order {
+    Order {
+        id,
+        note: "ünïcode & more".into(),
+    }
+}
+
+fn typed(format: Format) -> Headers {
+    let mut h = Headers::new();
+    h.insert(CONTENT_TYPE, format.content_type());
+    h
+}
+
+/// What came out on `receipts.made`, decoded by the format its header names.
+fn receipts(messages: &[(Headers, Bytes)]) -> Vec<(Format, Receipt)> {
+    messages
+        .iter()
+        .map(|(headers, payload)| {
+            let format = headers
+                .get(CONTENT_TYPE)
+                .and_then(Format::from_content_type)
+                .expect("every output names its content-type");
+            (format, format.decode(payload).expect("the output decodes"))
+        })
+        .collect()
+}
+
+fn receipt(id: u64) -> Receipt {
+    Receipt {
+        id,
+        note: order(id).note,
+    }
+}
+
+#[test]
+fn content_types_name_the_formats() {
+    for f in [Format::Json, Format::MessagePack, Format::Cbor] {
+        assert_eq!(Format::from_content_type(f.content_type()), Some(f));
+        let bytes = f.encode(&order(3)).unwrap();
+        assert_eq!(f.decode::<Order>(&bytes).unwrap(), order(3));
+    }
+    assert_eq!(
+        Format::from_content_type("Application/JSON; charset=utf-8"),
+        Some(Format::Json)
+    );
+    assert_eq!(Format::from_content_type("text/plain"), None);
+    assert!(Format::Json.accepts(None).is_ok());
+    let err = Format::Cbor
+        .accepts(Some("application/json"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("application/json") && err.contains("application/cbor"),
+        "{err}"
+    );
+}
+
+#[test]
+fn describe_shows_each_registrations_codec() {
+    let app = app(NatsBroker::new("nats://127.0.0.1:4222"));
+    let text = ruststream::app::cli::describe(&app);
+    assert!(
+        text.contains("json_receipt: codec application/json"),
+        "{text}"
+    );
+    assert!(
+        text.contains("msgpack_receipt: codec application/msgpack"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cbor_receipt: codec application/cbor"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("raw_slice: codec application/json"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_app_codec_applies_where_broker_and_mount_site_chose_none() {
+    use ruststream::App as _;
+    let app = RustStream::new(AppInfo::new("codecs", "0.1.0"))
+        .with_broker(NatsBroker::new("nats://127.0.0.1:4222"), |b| {
+            b.include(json_receipt);
+            b.include(msgpack_receipt).codec(Format::MessagePack);
+        })
+        .codec(Format::Cbor);
+    let codecs: Vec<_> = app
+        .registrations()
+        .into_iter()
+        .map(|r| (r.name, r.policy.codec))
+        .collect();
+    assert_eq!(
+        codecs,
+        [
+            ("json_receipt".to_owned(), Some(Format::Cbor)),
+            ("msgpack_receipt".to_owned(), Some(Format::MessagePack)),
+        ]
+    );
+}
+
+mod in_process {
+    use super::*;
+    use ruststream_nats::testing::TestApp;
+
+    fn outputs(t: &TestApp, subject: &str) -> Vec<(Headers, Bytes)> {
+        t.nats()
+            .published(subject)
+            .into_iter()
+            .map(|m| (m.headers, m.payload))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_registration_decodes_and_replies_in_its_format() {
+        let t = TestApp::start(app(NatsBroker::new("nats://unused:4222")))
+            .await
+            .expect("the app starts");
+        for (i, (subject, format)) in [
+            ("orders.json", Format::Json),
+            ("orders.msgpack", Format::MessagePack),
+            ("orders.cbor", Format::Cbor),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let payload = format.encode(&order(i as u64)).unwrap();
+            t.publish_raw(subject, typed(format), payload)
+                .await
+                .unwrap();
+        }
+        // A message that names no content-type is taken as the registration's format.
+        let untyped = Format::MessagePack.encode(&order(7)).unwrap();
+        t.publish_raw("orders.msgpack", Headers::new(), untyped)
+            .await
+            .unwrap();
+        t.settle().await;
+        let mut got = receipts(&outputs(&t, "receipts.made"));
+        got.sort_by_key(|(_, r)| r.id);
+        assert_eq!(
+            got,
+            [
+                (Format::Json, receipt(0)),
+                (Format::MessagePack, receipt(1)),
+                (Format::Cbor, receipt(2)),
+                (Format::MessagePack, receipt(7)),
+            ]
+        );
+        assert!(t.dead_letters("dead.orders").is_empty());
+        t.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_content_type_mismatch_is_undecodable_and_dead_lettered_as_it_arrived() {
+        let t = TestApp::start(app(NatsBroker::new("nats://unused:4222")))
+            .await
+            .expect("the app starts");
+        let json = Format::Json.encode(&order(4)).unwrap();
+        t.publish_raw("orders.msgpack", typed(Format::Json), json.clone())
+            .await
+            .unwrap();
+        t.settle().await;
+        let failures = t.decode_failures("msgpack_receipt");
+        assert_eq!(failures.len(), 1);
+        assert!(
+            failures[0]
+                .error
+                .contains("content-type `application/json`"),
+            "{}",
+            failures[0].error
+        );
+        let dead = t.dead_letters("dead.orders");
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].payload, json);
+        assert_eq!(dead[0].headers.get(CONTENT_TYPE), Some("application/json"));
+        assert!(t.nats().published("receipts.made").is_empty());
+        t.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn raw_payloads_reach_the_handler_undecoded() {
+        let t = TestApp::start(app(NatsBroker::new("nats://unused:4222")))
+            .await
+            .expect("the app starts");
+        let bytes = vec![0xff, 0x00, b'{', 0x80];
+        t.publish_raw("raw.slice", typed(Format::Json), bytes.clone())
+            .await
+            .unwrap();
+        t.publish_raw("raw.bytes", Headers::new(), bytes.clone())
+            .await
+            .unwrap();
+        t.settle().await;
+        assert_eq!(t.outcomes("raw_slice"), [HandlerOutcome::Ack]);
+        assert_eq!(t.outcomes("raw_bytes"), [HandlerOutcome::Ack]);
+        assert!(raw_seen("slice").contains(&bytes));
+        assert!(raw_seen("bytes").contains(&bytes));
+        t.shutdown().await.unwrap();
+    }
+}
+
+mod live {
+    use super::nats_support::{PATIENCE, Recorder, live_server};
+    use super::*;
+    use ruststream::App as _;
+    use ruststream_test_server::client::wait_until;
+
+    fn headers_of(m: &async_nats::Message) -> Headers {
+        let mut h = Headers::new();
+        if let Some(map) = &m.headers {
+            for (name, values) in map.iter() {
+                for v in values {
+                    h.append(name.to_string(), v.as_str());
+                }
+            }
+        }
+        h
+    }
+
+    async fn publish(
+        client: &async_nats::Client,
+        subject: &str,
+        format: Option<Format>,
+        payload: Bytes,
+    ) {
+        let mut headers = async_nats::HeaderMap::new();
+        if let Some(f) = format {
+            headers.insert(CONTENT_TYPE, f.content_type());
+        }
+        client
+            .publish_with_headers(subject.to_owned(), headers, payload)
+            .await
+            .expect("the test publishes");
+        client.flush().await.expect("the test flushes");
+    }
+
+    #[tokio::test]
+    async fn each_registration_decodes_and_replies_in_its_format_on_the_wire() {
+        let (server, client) = live_server().await;
+        let wire = Recorder::start(&client, ["receipts.made", "dead.orders"]).await;
+        let running = app(NatsBroker::new(server.url()))
+            .start(ruststream::Env::new())
+            .await
+            .expect("the app starts");
+        for (i, (subject, format)) in [
+            ("orders.json", Format::Json),
+            ("orders.msgpack", Format::MessagePack),
+            ("orders.cbor", Format::Cbor),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let payload = format.encode(&order(i as u64)).unwrap();
+            publish(&client, subject, Some(format), payload).await;
+        }
+        // A mismatch: JSON said, to the MessagePack registration.
+        let json = Format::Json.encode(&order(9)).unwrap();
+        publish(&client, "orders.msgpack", Some(Format::Json), json.clone()).await;
+        let seen = wire.until(4).await;
+        let outs: Vec<_> = seen
+            .iter()
+            .filter(|m| m.subject.as_str() == "receipts.made")
+            .map(|m| (headers_of(m), m.payload.clone()))
+            .collect();
+        let mut got = receipts(&outs);
+        got.sort_by_key(|(_, r)| r.id);
+        assert_eq!(
+            got,
+            [
+                (Format::Json, receipt(0)),
+                (Format::MessagePack, receipt(1)),
+                (Format::Cbor, receipt(2)),
+            ]
+        );
+        let dead: Vec<_> = seen
+            .iter()
+            .filter(|m| m.subject.as_str() == "dead.orders")
+            .collect();
+        assert_eq!(dead.len(), 1, "the mismatch went to the dead letter");
+        assert_eq!(dead[0].payload, json);
+        assert_eq!(
+            headers_of(dead[0]).get(CONTENT_TYPE),
+            Some("application/json")
+        );
+        running.stop().await.expect("a clean stop");
+    }
+
+    #[tokio::test]
+    async fn raw_payloads_reach_the_handler_undecoded_on_the_wire() {
+        let (server, client) = live_server().await;
+        let running = app(NatsBroker::new(server.url()))
+            .start(ruststream::Env::new())
+            .await
+            .expect("the app starts");
+        let bytes = Bytes::from_static(&[0xfe, 0x01, b'}', 0x7f, 0x00]);
+        publish(&client, "raw.slice", Some(Format::Cbor), bytes.clone()).await;
+        publish(&client, "raw.bytes", None, bytes.clone()).await;
+        let expected = bytes.to_vec();
+        wait_until(PATIENCE, "both raw handlers saw the bytes", || {
+            raw_seen("slice").contains(&expected) && raw_seen("bytes").contains(&expected)
+        })
+        .await;
+        running.stop().await.expect("a clean stop");
+    }
+}
