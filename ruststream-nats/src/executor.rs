@@ -261,6 +261,8 @@ impl Executor {
                 attempt = delivery.attempt().get(),
                 "the handler panicked; treated as retry()"
             ),
+            // Logged with its source chain where the handler returned it.
+            Handled::Failed(_) => {}
             Handled::NoOutcome(reason) => tracing::error!(
                 registration = %self.registration,
                 subject = delivery.subject(),

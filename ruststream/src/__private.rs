@@ -88,17 +88,25 @@ impl<T: Send + 'static> crate::extract::Key for NotAKey<T> {
 
 /// What a handler without `reply` may return.
 #[diagnostic::on_unimplemented(
-    message = "a subscriber returns `HandlerOutcome` or `Result<(), HandlerOutcome>`, not `{Self}`",
+    message = "a subscriber returns `()`, `HandlerOutcome`, `Result<(), HandlerOutcome>` or `Result<(), E>` with `E: std::error::Error`, not `{Self}`",
     label = "this return type settles nothing",
-    note = "to publish the returned value, add `reply` to the attribute and return `Result<T, HandlerOutcome>` with `T: Outgoing`"
+    note = "`()` acknowledges; an `Err(e)` of your error type is settled as the registration's `.on_error(..)` says (`retry()` by default)",
+    note = "to publish the returned value, add `reply` to the attribute and return `Result<T, HandlerOutcome>` or `Result<T, E>` with `T: Outgoing`"
 )]
 pub trait IntoResult {
     /// The handler's answer as the `Handle` trait gives it.
-    fn into_result(self) -> Result<(), HandlerOutcome>;
+    fn into_result(self, ctx: &Context<'_>) -> Result<(), HandlerOutcome>;
+}
+
+#[diagnostic::do_not_recommend]
+impl IntoResult for () {
+    fn into_result(self, _ctx: &Context<'_>) -> Result<(), HandlerOutcome> {
+        Ok(())
+    }
 }
 
 impl IntoResult for HandlerOutcome {
-    fn into_result(self) -> Result<(), HandlerOutcome> {
+    fn into_result(self, _ctx: &Context<'_>) -> Result<(), HandlerOutcome> {
         match self {
             HandlerOutcome::Ack => Ok(()),
             other => Err(other),
@@ -107,14 +115,53 @@ impl IntoResult for HandlerOutcome {
 }
 
 impl IntoResult for Result<(), HandlerOutcome> {
-    fn into_result(self) -> Result<(), HandlerOutcome> {
+    fn into_result(self, _ctx: &Context<'_>) -> Result<(), HandlerOutcome> {
         self
     }
 }
 
+// Not recommended: `Result<(), String>` is then reported with `IntoResult`'s message, not as a
+// missing `String: Error`.
+#[diagnostic::do_not_recommend]
+impl<E: std::error::Error + 'static> IntoResult for Result<(), E> {
+    fn into_result(self, ctx: &Context<'_>) -> Result<(), HandlerOutcome> {
+        self.map_err(|e| ctx.failure(&e))
+    }
+}
+
 /// A handler's return, as the `Handle` trait gives it; checked at the return type's span.
-pub fn into_result<T: IntoResult>(ret: T) -> Result<(), HandlerOutcome> {
-    ret.into_result()
+pub fn into_result<T: IntoResult>(ret: T, ctx: &Context<'_>) -> Result<(), HandlerOutcome> {
+    ret.into_result(ctx)
+}
+
+/// What a `reply` handler may return: `Result<T, HandlerOutcome>` or `Result<T, E>` with
+/// `E: std::error::Error`.
+#[diagnostic::on_unimplemented(
+    message = "a `reply` subscriber returns `Result<T, HandlerOutcome>` or `Result<T, E>` with `E: std::error::Error`, not `{Self}`",
+    label = "the error type is neither `HandlerOutcome` nor a `std::error::Error`",
+    note = "derive `thiserror::Error` (or implement `std::error::Error`) for the error type, or return `Err(HandlerOutcome::..)`"
+)]
+pub trait IntoReply<T> {
+    /// The value to publish, or the outcome.
+    fn into_reply(self, ctx: &Context<'_>) -> Result<T, HandlerOutcome>;
+}
+
+impl<T> IntoReply<T> for Result<T, HandlerOutcome> {
+    fn into_reply(self, _ctx: &Context<'_>) -> Result<T, HandlerOutcome> {
+        self
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<T, E: std::error::Error + 'static> IntoReply<T> for Result<T, E> {
+    fn into_reply(self, ctx: &Context<'_>) -> Result<T, HandlerOutcome> {
+        self.map_err(|e| ctx.failure(&e))
+    }
+}
+
+/// A `reply` handler's return, as [`reply`] takes it.
+pub fn into_reply<R: IntoReply<T>, T>(ret: R, ctx: &Context<'_>) -> Result<T, HandlerOutcome> {
+    ret.into_reply(ctx)
 }
 
 /// What a batch handler may return.

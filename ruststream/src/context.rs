@@ -25,6 +25,8 @@ pub struct Context<'a> {
     registration: &'a str,
     /// The registration's payload format, which outputs are encoded in.
     format: Format,
+    /// The handler's own error, with its sources, when it failed with one.
+    failed: std::sync::OnceLock<String>,
 }
 
 impl<'a> Context<'a> {
@@ -41,7 +43,36 @@ impl<'a> Context<'a> {
             publisher,
             registration,
             format: Format::Json,
+            failed: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Records that the handler failed with `error` (logged with its source chain) and returns
+    /// the outcome to return from `Handle::handle`: the delivery is then settled as the
+    /// registration's `on_error` says (`retry()` by default), not as that outcome. What a
+    /// `#[subscriber]` returning `Err(e)` of its own error type does.
+    pub fn failure(&self, error: &(dyn std::error::Error + 'static)) -> crate::HandlerOutcome {
+        let mut chain = error.to_string();
+        let mut source = error.source();
+        while let Some(cause) = source {
+            chain.push_str(": ");
+            chain.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        tracing::warn!(
+            registration = self.registration,
+            subject = self.subject(),
+            attempt = self.attempt().get(),
+            error = %chain,
+            "the handler failed; settled as the registration's on_error says"
+        );
+        let _ = self.failed.set(chain);
+        crate::HandlerOutcome::retry()
+    }
+
+    /// The error [`failure`](Self::failure) recorded, with its sources.
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.get().map(String::as_str)
     }
 
     /// The same context, publishing in `format` (the registration's, set by the runtime).

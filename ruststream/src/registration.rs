@@ -88,14 +88,52 @@ impl DescriptorInfo {
     }
 }
 
-/// What a payload that does not decode becomes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a failure becomes: a payload that does not decode, a handler that panicked, a handler
+/// that returned an `Err` of its own error type. Declared per registration
+/// (`.on_undecodable(..)`, `.on_panic(..)`, `.on_error(..)`) and shown in `describe`.
+///
+/// A retry counts against the cap like a handler's `retry()`: at the cap the message goes to the
+/// dead letter, or ends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
-pub enum UndecodablePolicy {
-    /// To the dead-letter subject when one is declared, else ended (`+TERM` on JetStream).
+pub enum OnFailure {
+    /// To the dead-letter subject when one is declared, else ended (`+TERM` on JetStream, let
+    /// go on Core); never retried.
     #[default]
     DeadLetterOrDrop,
+    /// Ended without a dead letter (`+TERM` on JetStream, let go on Core): as `drop()`.
+    Drop,
+    /// Brought back at once: as `retry()`.
+    Retry,
+    /// Brought back after the delay: as `retry_after(delay)`.
+    RetryAfter(Duration),
 }
+
+impl OnFailure {
+    /// The settlement decision for `facts`: the pure decision of [`settle`].
+    pub fn decide(&self, facts: &Facts) -> Decision {
+        match self {
+            Self::DeadLetterOrDrop => settle::decide_undecodable(facts),
+            Self::Drop => settle::decide(&HandlerOutcome::Drop, facts),
+            Self::Retry => settle::decide(&HandlerOutcome::Retry, facts),
+            Self::RetryAfter(delay) => settle::decide(&HandlerOutcome::RetryAfter(*delay), facts),
+        }
+    }
+}
+
+impl fmt::Display for OnFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DeadLetterOrDrop => f.write_str("dead letter or drop"),
+            Self::Drop => f.write_str("drop"),
+            Self::Retry => f.write_str("retry"),
+            Self::RetryAfter(delay) => write!(f, "retry after {delay:?}"),
+        }
+    }
+}
+
+/// What a payload that does not decode becomes (an [`OnFailure`]).
+pub type UndecodablePolicy = OnFailure;
 
 /// The mount site's policy for a registration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +152,10 @@ pub struct Policy {
     /// The payload format: `None` until the registration, its broker or the app chose one
     /// (JSON).
     pub codec: Option<Format>,
+    /// What a panicking handler's delivery becomes (`retry()` by default).
+    pub on_panic: OnFailure,
+    /// What a handler's `Err` of its own error type becomes (`retry()` by default).
+    pub on_error: OnFailure,
 }
 
 impl Default for Policy {
@@ -125,6 +167,8 @@ impl Default for Policy {
             concurrency: NonZeroUsize::MIN,
             undecodable: UndecodablePolicy::default(),
             codec: None,
+            on_panic: OnFailure::Retry,
+            on_error: OnFailure::Retry,
         }
     }
 }
@@ -166,6 +210,16 @@ pub fn policy_notes(r: &RegistrationInfo) -> Vec<String> {
             crate::codec::Codec::content_type(&codec)
         ));
     }
+    let defaults = Policy::default();
+    let p = &r.policy;
+    if (p.undecodable, p.on_panic, p.on_error)
+        != (defaults.undecodable, defaults.on_panic, defaults.on_error)
+    {
+        notes.push(format!(
+            "undecodable: {}, panic: {}, error: {}",
+            p.undecodable, p.on_panic, p.on_error
+        ));
+    }
     notes
 }
 
@@ -177,8 +231,12 @@ pub enum Handled {
     Outcome(HandlerOutcome),
     /// The payload did not decode; the handler did not run.
     Undecodable(String),
-    /// The handler panicked; treated as `retry()` under the cap.
+    /// The handler panicked; settled as the registration's `on_panic` says (`retry()` under
+    /// the cap by default).
     Panicked(String),
+    /// The handler returned an `Err` of its own error type (the message is the error and its
+    /// sources); settled as the registration's `on_error` says (`retry()` by default).
+    Failed(String),
     /// Nothing settles the delivery (a batch whose outcomes did not match its length).
     NoOutcome(String),
 }
@@ -281,11 +339,8 @@ impl<S: Send + Sync + 'static> Registration<S> {
                 let state: &(dyn Any + Send + Sync) = &*state;
                 let mut ctx = Context::new(delivery, state, publisher, name).with_format(codec);
                 let run = handler.handle(&input, &outs, &mut ctx);
-                match std::panic::AssertUnwindSafe(run).catch_unwind().await {
-                    Ok(Ok(())) => Handled::Outcome(HandlerOutcome::Ack),
-                    Ok(Err(outcome)) => Handled::Outcome(outcome),
-                    Err(panic) => Handled::Panicked(panic_message(panic.as_ref())),
-                }
+                let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+                single_result(ran, &ctx)
             })
         });
         Self {
@@ -398,11 +453,8 @@ impl<S: Send + Sync + 'static> Registration<S> {
                 let state: &(dyn Any + Send + Sync) = &*state;
                 let mut ctx = Context::new(delivery, state, publisher, name).with_format(codec);
                 let run = handler.handle(payload(delivery), &outs, &mut ctx);
-                match std::panic::AssertUnwindSafe(run).catch_unwind().await {
-                    Ok(Ok(())) => Handled::Outcome(HandlerOutcome::Ack),
-                    Ok(Err(outcome)) => Handled::Outcome(outcome),
-                    Err(panic) => Handled::Panicked(panic_message(panic.as_ref())),
-                }
+                let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+                single_result(ran, &ctx)
             })
         });
         Self {
@@ -412,6 +464,22 @@ impl<S: Send + Sync + 'static> Registration<S> {
             policy: Policy::default(),
             publishes: O::subjects(),
         }
+    }
+}
+
+/// What a single handler's run says: its outcome, its panic, or its own error (recorded on the
+/// context by the generated code or `Context::failure`).
+fn single_result(
+    ran: std::thread::Result<Result<(), HandlerOutcome>>,
+    ctx: &Context<'_>,
+) -> Handled {
+    match ran {
+        Ok(Ok(())) => Handled::Outcome(HandlerOutcome::Ack),
+        Ok(Err(outcome)) => match ctx.failed() {
+            Some(error) => Handled::Failed(error.to_owned()),
+            None => Handled::Outcome(outcome),
+        },
+        Err(panic) => Handled::Panicked(panic_message(panic.as_ref())),
     }
 }
 
@@ -502,6 +570,27 @@ impl<S> Registration<S> {
         if self.policy.codec.is_none() {
             self.policy.codec = format;
         }
+    }
+
+    /// What a payload that does not decode (or names another `content-type`) becomes; the
+    /// dead letter, or the end, by default. See `docs/handlers.md`.
+    pub fn on_undecodable(&mut self, failure: OnFailure) -> &mut Self {
+        self.policy.undecodable = failure;
+        self
+    }
+
+    /// What the delivery of a handler that panicked becomes; `retry()` by default.
+    pub fn on_panic(&mut self, failure: OnFailure) -> &mut Self {
+        self.policy.on_panic = failure;
+        self
+    }
+
+    /// What a handler's `Err` of its own error type (`Result<_, E>` with
+    /// `E: std::error::Error`) becomes; `retry()` by default. An `Err(HandlerOutcome)` is
+    /// settled as it says.
+    pub fn on_error(&mut self, failure: OnFailure) -> &mut Self {
+        self.policy.on_error = failure;
+        self
     }
 
     /// Renames the registration (in logs, `describe` and test assertions).
@@ -627,8 +716,9 @@ impl Endpoint {
         let facts = self.facts(delivery);
         match handled {
             Handled::Outcome(outcome) => settle::decide(outcome, &facts),
-            Handled::Panicked(_) => settle::decide(&HandlerOutcome::Retry, &facts),
-            Handled::Undecodable(_) => settle::decide_undecodable(&facts),
+            Handled::Panicked(_) => self.info.policy.on_panic.decide(&facts),
+            Handled::Failed(_) => self.info.policy.on_error.decide(&facts),
+            Handled::Undecodable(_) => self.info.policy.undecodable.decide(&facts),
             Handled::NoOutcome(_) => Decision {
                 dead_letter: false,
                 copy: None,

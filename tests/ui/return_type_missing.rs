@@ -7,7 +7,8 @@ struct Payment {
     id: u64,
 }
 
-#[subscriber("payments.authorized")]
+// Without `reply`, no return type acknowledges; a `reply` handler returns what it publishes.
+#[subscriber("payments.authorized", reply)]
 async fn capture(payment: &Payment) {
     let _ = payment.id;
 }

@@ -39,8 +39,10 @@ pub enum Ret<'a> {
     /// An outcome (`HandlerOutcome`, `Result<(), HandlerOutcome>`, `Vec<HandlerOutcome>`...):
     /// converted by `IntoResult` or `IntoBatchOutcome`.
     Outcome(&'a Type),
-    /// `Result<R, HandlerOutcome>` with `reply`: `R` is published.
-    Reply { value: &'a Type },
+    /// `Result<R, HandlerOutcome>` (or `Result<R, E>`) with `reply`: `R` is published.
+    Reply { value: &'a Type, whole: &'a Type },
+    /// No return type, on a single-message handler without `reply`: acknowledges.
+    Unit,
 }
 
 /// Checks every rule and reports every broken one.
@@ -425,6 +427,9 @@ fn check_output<'a>(
 ) -> Option<Ret<'a>> {
     let reply = args.reply.first().copied();
     if let Output::Unit(span) = handler.output {
+        if reply.is_none() && !batch {
+            return Some(Ret::Unit);
+        }
         check_returns_an_outcome(span, reply.is_some(), batch, errors);
         return None;
     }
@@ -437,15 +442,13 @@ fn check_output<'a>(
 }
 
 /// A handler says how its message is settled: `()` says nothing.
-fn check_returns_an_outcome(span: Span, reply: bool, batch: bool, errors: &mut Errors) {
+fn check_returns_an_outcome(span: Span, reply: bool, _batch: bool, errors: &mut Errors) {
     errors.push(error_at(
         span,
         if reply {
-            "a `reply` subscriber returns what it publishes: add `-> Result<T, HandlerOutcome>` with `T: Outgoing`"
-        } else if batch {
-            "a batch subscriber returns how its messages are settled: add `-> HandlerOutcome` (one for the batch) or `-> Vec<HandlerOutcome>` (one per message)"
+            "a `reply` subscriber returns what it publishes: add `-> Result<T, HandlerOutcome>` (or `-> Result<T, E>` with `E: std::error::Error`) with `T: Outgoing`"
         } else {
-            "a subscriber returns how its message is settled: add `-> HandlerOutcome` or `-> Result<(), HandlerOutcome>`"
+            "a batch subscriber returns how its messages are settled: add `-> HandlerOutcome` (one for the batch) or `-> Vec<HandlerOutcome>` (one per message)"
         },
     ));
 }
@@ -469,7 +472,7 @@ fn check_reply_return<'a>(output: &'a Output, errors: &mut Errors) -> Option<Ret
             ));
             None
         }
-        Output::Result { ok, .. } => Some(Ret::Reply { value: ok }),
+        Output::Result { ok, whole } => Some(Ret::Reply { value: ok, whole }),
         Output::Other(ty) => {
             let shown = ty_text(Some(ty));
             let why = if last_segment_is(ty, "HandlerOutcome") {
@@ -512,7 +515,7 @@ fn check_outcome_return<'a>(output: &'a Output, errors: &mut Errors) -> Option<R
             errors.push(error_at_tokens(
                 ok,
                 format!(
-                    "the handler returns `{shown}` but nothing publishes it: add `reply` (`#[subscriber(.., reply)]`) to publish it, or return `Result<(), HandlerOutcome>`"
+                    "the handler returns `{shown}` but nothing publishes it: add `reply` (`#[subscriber(.., reply)]`) to publish it, or return `Result<(), E>` (`E` a `std::error::Error` or `HandlerOutcome`)"
                 ),
             ));
             None

@@ -30,7 +30,7 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
             let close = quote_spanned!(last=> >);
             quote!(#open #value #close)
         }
-        Ret::Outcome(_) => quote!(()),
+        Ret::Outcome(_) | Ret::Unit => quote!(()),
     };
     let extractors: Vec<&Type> = plan
         .args
@@ -123,10 +123,18 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
         |o| quote!(return ::core::result::Result::Err(#o)),
     );
     let finish = match plan.ret {
-        Ret::Reply { value, .. } => quote! {
-            <#value as ::ruststream::__private::ReplyFor<__S>>::reply(__ret, __outs, __ctx).await
-        },
-        Ret::Outcome(ty) => check_call(quote!(into_result), ty, quote!((__ret))),
+        Ret::Reply { value, whole } => {
+            // Spanned over the return type: an error type that is not an `Error` is shown there.
+            let (first, last) = first_last(whole);
+            let open = quote_spanned!(first=> ::ruststream::__private::into_reply::<);
+            let close = quote_spanned!(last=> , _>(__ret, __ctx));
+            quote! {
+                let __ret = #open #whole #close;
+                <#value as ::ruststream::__private::ReplyFor<__S>>::reply(__ret, __outs, __ctx).await
+            }
+        }
+        Ret::Outcome(ty) => check_call(quote!(into_result), ty, quote!((__ret, __ctx))),
+        Ret::Unit => quote!(::ruststream::__private::into_result(__ret, __ctx)),
     };
     let reply_bound = reply_bound(plan);
     quote! {
@@ -164,7 +172,7 @@ fn reply_bound(plan: &Plan<'_>) -> TokenStream {
             );
             quote!(#bound,)
         }
-        Ret::Outcome(_) => TokenStream::new(),
+        Ret::Outcome(_) | Ret::Unit => TokenStream::new(),
     }
 }
 
@@ -234,8 +242,8 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
     );
     let finish = match plan.ret {
         Ret::Outcome(ty) => check_call(quote!(into_batch_outcome), ty, quote!((__ret))),
-        // `check.rs` refuses `reply` on a batch.
-        Ret::Reply { .. } => quote!(::core::unreachable!()),
+        // `check.rs` refuses `reply` and `()` on a batch.
+        Ret::Reply { .. } | Ret::Unit => quote!(::core::unreachable!()),
     };
     quote! {
         #[automatically_derived]
