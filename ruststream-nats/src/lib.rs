@@ -68,4 +68,6 @@ pub mod guides {
     #[cfg(all(feature = "msgpack", feature = "cbor"))]
     #[doc = include_str!("../../docs/codecs.md")]
     pub mod codecs {}
+    #[doc = include_str!("../../docs/middleware.md")]
+    pub mod middleware {}
 }

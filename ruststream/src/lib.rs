@@ -11,6 +11,7 @@ mod duration;
 mod error;
 mod extract;
 mod handler;
+pub mod middleware;
 mod outcome;
 mod outgoing;
 mod publish;

@@ -16,6 +16,7 @@ use crate::codec::Format;
 use crate::context::Context;
 use crate::delivery::Delivery;
 use crate::handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs};
+use crate::middleware::Middleware;
 use crate::outcome::HandlerOutcome;
 use crate::publish::Publish;
 use crate::settle::{self, Decision, DeliveryModel, Facts};
@@ -187,6 +188,8 @@ pub struct RegistrationInfo {
     pub batch: bool,
     /// The subjects the handler publishes to.
     pub publishes: Vec<&'static str>,
+    /// The middleware around the handler, outermost first (the app's, the broker's, its own).
+    pub middleware: Vec<String>,
 }
 
 impl RegistrationInfo {
@@ -209,6 +212,9 @@ pub fn policy_notes(r: &RegistrationInfo) -> Vec<String> {
             "codec {}",
             crate::codec::Codec::content_type(&codec)
         ));
+    }
+    if !r.middleware.is_empty() {
+        notes.push(format!("middleware: {}", r.middleware.join(" > ")));
     }
     let defaults = Policy::default();
     let p = &r.policy;
@@ -305,6 +311,27 @@ pub struct Registration<S> {
     handler: HandlerKind<S>,
     policy: Policy,
     publishes: Vec<&'static str>,
+    layers: LayerStack,
+}
+
+/// A registration's middleware by scope, each outermost first.
+#[derive(Clone, Default)]
+struct LayerStack {
+    app: Vec<Arc<dyn Middleware>>,
+    broker: Vec<Arc<dyn Middleware>>,
+    own: Vec<Arc<dyn Middleware>>,
+}
+
+impl LayerStack {
+    /// Every layer, outermost first: the app's, the broker's, the registration's.
+    fn all(&self) -> Vec<Arc<dyn Middleware>> {
+        self.app
+            .iter()
+            .chain(&self.broker)
+            .chain(&self.own)
+            .cloned()
+            .collect()
+    }
 }
 
 impl<S> fmt::Debug for Registration<S> {
@@ -349,6 +376,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             handler: HandlerKind::Single(call),
             policy: Policy::default(),
             publishes: O::subjects(),
+            layers: LayerStack::default(),
         }
     }
 
@@ -406,6 +434,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             handler: HandlerKind::Batch(call),
             policy: Policy::default(),
             publishes: O::subjects(),
+            layers: LayerStack::default(),
         }
     }
 }
@@ -463,6 +492,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             handler: HandlerKind::Single(call),
             policy: Policy::default(),
             publishes: O::subjects(),
+            layers: LayerStack::default(),
         }
     }
 }
@@ -565,6 +595,23 @@ impl<S> Registration<S> {
         self
     }
 
+    /// Adds a middleware around this registration's handler, inside the app's and the
+    /// broker's and inside the ones added before it. See `docs/middleware.md`.
+    pub fn layer(&mut self, middleware: impl Middleware) -> &mut Self {
+        self.layers.own.push(Arc::new(middleware));
+        self
+    }
+
+    /// Sets the broker's layers (outside the registration's own).
+    pub(crate) fn broker_layers(&mut self, layers: &[Arc<dyn Middleware>]) {
+        self.layers.broker = layers.to_vec();
+    }
+
+    /// Adds one of the app's layers (outside the broker's, after the app's added before).
+    pub(crate) fn app_layer(&mut self, layer: Arc<dyn Middleware>) {
+        self.layers.app.push(layer);
+    }
+
     /// Sets the format when the registration chose none (the broker's, then the app's).
     pub(crate) fn inherit_codec(&mut self, format: Option<Format>) {
         if self.policy.codec.is_none() {
@@ -607,6 +654,7 @@ impl<S> Registration<S> {
             policy: self.policy.clone(),
             batch: matches!(self.handler, HandlerKind::Batch(_)),
             publishes: self.publishes.clone(),
+            middleware: self.layers.all().iter().map(|m| m.name()).collect(),
         }
     }
 }
@@ -619,17 +667,18 @@ impl<S: Send + Sync + 'static> Registration<S> {
     ) -> Endpoint {
         let info = self.info();
         let codec = self.policy.codec.unwrap_or_default();
+        let layers = self.layers.all();
         let handler = match self.handler {
             HandlerKind::Single(call) => {
                 let state = Arc::clone(&state);
                 let f: Arc<BoundSingle> =
                     Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n, codec));
-                BoundHandler::Single(f)
+                BoundHandler::Single(crate::middleware::wrap_single(f, &layers))
             }
             HandlerKind::Batch(call) => {
                 let f: Arc<BoundBatch> =
                     Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n, codec));
-                BoundHandler::Batch(f)
+                BoundHandler::Batch(crate::middleware::wrap_batch(f, &layers))
             }
         };
         Endpoint {

@@ -188,6 +188,7 @@ impl RunningApp {
 pub struct Scope<S> {
     registrations: Vec<Registration<S>>,
     codec: Option<crate::codec::Format>,
+    layers: Vec<Arc<dyn crate::middleware::Middleware>>,
 }
 
 impl<S> fmt::Debug for Scope<S> {
@@ -210,6 +211,13 @@ impl<S> Scope<S> {
     /// (overrides the app's); see `docs/codecs.md`.
     pub fn codec(&mut self, format: crate::codec::Format) -> &mut Self {
         self.codec = Some(format);
+        self
+    }
+
+    /// Adds a middleware around every handler of this broker (mounted before or after this
+    /// call), inside the app's and outside each registration's; see `docs/middleware.md`.
+    pub fn layer(&mut self, middleware: impl crate::middleware::Middleware) -> &mut Self {
+        self.layers.push(Arc::new(middleware));
         self
     }
 }
@@ -244,6 +252,7 @@ pub struct RustStream<S = (), M = Unmounted> {
     brokers: Vec<BrokerScope<S>>,
     drain_timeout: Duration,
     codec: Option<crate::codec::Format>,
+    layers: Vec<Arc<dyn crate::middleware::Middleware>>,
     _mounted: PhantomData<fn() -> M>,
 }
 
@@ -269,6 +278,7 @@ impl RustStream<(), Unmounted> {
             brokers: Vec::new(),
             drain_timeout: Duration::from_secs(30),
             codec: None,
+            layers: Vec::new(),
             _mounted: PhantomData,
         }
     }
@@ -313,6 +323,7 @@ impl<S: Send + Sync + 'static, M> RustStream<S, M> {
             brokers: Vec::new(),
             drain_timeout: self.drain_timeout,
             codec: self.codec,
+            layers: self.layers,
             _mounted: PhantomData,
         }
     }
@@ -328,10 +339,15 @@ impl<S: Send + Sync + 'static, M> RustStream<S, M> {
         let mut scope = Scope {
             registrations: Vec::new(),
             codec: None,
+            layers: Vec::new(),
         };
         mount(&mut scope);
         for registration in &mut scope.registrations {
             registration.inherit_codec(scope.codec.or(self.codec));
+            registration.broker_layers(&scope.layers);
+            for layer in &self.layers {
+                registration.app_layer(Arc::clone(layer));
+            }
         }
         self.brokers.push((Box::new(broker), scope.registrations));
         RustStream {
@@ -341,6 +357,7 @@ impl<S: Send + Sync + 'static, M> RustStream<S, M> {
             brokers: self.brokers,
             drain_timeout: self.drain_timeout,
             codec: self.codec,
+            layers: self.layers,
             _mounted: PhantomData,
         }
     }
@@ -372,6 +389,19 @@ impl<S: Send + Sync + 'static, M> RustStream<S, M> {
                 registration.inherit_codec(Some(format));
             }
         }
+        self
+    }
+
+    /// Adds a middleware around every handler of every broker (mounted before or after this
+    /// call), outside the brokers' and the registrations'; see `docs/middleware.md`.
+    pub fn layer(mut self, middleware: impl crate::middleware::Middleware) -> Self {
+        let layer: Arc<dyn crate::middleware::Middleware> = Arc::new(middleware);
+        for (_, registrations) in &mut self.brokers {
+            for registration in registrations {
+                registration.app_layer(Arc::clone(&layer));
+            }
+        }
+        self.layers.push(layer);
         self
     }
 
