@@ -16,6 +16,7 @@ mod outcome;
 mod outgoing;
 mod publish;
 pub mod registration;
+mod router;
 pub mod settle;
 
 pub use app::{App, AppInfo, Handling, Observer, RunningApp, RustStream, Scope};
@@ -32,6 +33,7 @@ pub use outcome::HandlerOutcome;
 pub use outgoing::Outgoing;
 pub use publish::Publish;
 pub use registration::{Descriptor, Endpoint, Mount, Registration, WithHandler};
+pub use router::Router;
 
 pub use ruststream_macros::{FromRef, Outgoing, app, nonzero, subscriber};
 

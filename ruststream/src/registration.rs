@@ -30,6 +30,12 @@ pub trait Descriptor: Send + Sync + fmt::Debug + 'static {
     fn info(&self) -> DescriptorInfo;
     /// The descriptor as `Any`, for its broker to recognise it.
     fn as_any(&self) -> &dyn Any;
+    /// The same descriptor reading `prefix.` + its subject, for a [`Router`](crate::Router);
+    /// `None` when it cannot be prefixed (the app then refuses to start, naming it).
+    fn prefixed(&self, prefix: &str) -> Option<Arc<dyn Descriptor>> {
+        let _ = prefix;
+        None
+    }
 }
 
 impl Descriptor for &'static str {
@@ -39,6 +45,28 @@ impl Descriptor for &'static str {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+
+    fn prefixed(&self, prefix: &str) -> Option<Arc<dyn Descriptor>> {
+        Some(Arc::new(PrefixedSubject(crate::router::join(prefix, self))))
+    }
+}
+
+/// A plain subject under a router's prefix (what `"subject"` becomes in a router).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefixedSubject(String);
+
+impl Descriptor for PrefixedSubject {
+    fn info(&self) -> DescriptorInfo {
+        DescriptorInfo::new(DeliveryModel::Core, &self.0).with_copy_target(&self.0)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn prefixed(&self, prefix: &str) -> Option<Arc<dyn Descriptor>> {
+        Some(Arc::new(Self(crate::router::join(prefix, &self.0))))
     }
 }
 
@@ -312,6 +340,7 @@ pub struct Registration<S> {
     policy: Policy,
     publishes: Vec<&'static str>,
     layers: LayerStack,
+    unroutable: Option<String>,
 }
 
 /// A registration's middleware by scope, each outermost first.
@@ -319,6 +348,7 @@ pub struct Registration<S> {
 struct LayerStack {
     app: Vec<Arc<dyn Middleware>>,
     broker: Vec<Arc<dyn Middleware>>,
+    router: Vec<Arc<dyn Middleware>>,
     own: Vec<Arc<dyn Middleware>>,
 }
 
@@ -328,6 +358,7 @@ impl LayerStack {
         self.app
             .iter()
             .chain(&self.broker)
+            .chain(&self.router)
             .chain(&self.own)
             .cloned()
             .collect()
@@ -377,6 +408,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             policy: Policy::default(),
             publishes: O::subjects(),
             layers: LayerStack::default(),
+            unroutable: None,
         }
     }
 
@@ -435,6 +467,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             policy: Policy::default(),
             publishes: O::subjects(),
             layers: LayerStack::default(),
+            unroutable: None,
         }
     }
 }
@@ -493,6 +526,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             policy: Policy::default(),
             publishes: O::subjects(),
             layers: LayerStack::default(),
+            unroutable: None,
         }
     }
 }
@@ -605,6 +639,31 @@ impl<S> Registration<S> {
     /// Sets the broker's layers (outside the registration's own).
     pub(crate) fn broker_layers(&mut self, layers: &[Arc<dyn Middleware>]) {
         self.layers.broker = layers.to_vec();
+    }
+
+    /// Puts a router's prefix before the subject and its layers outside those of routers it
+    /// included; a descriptor that cannot be prefixed is kept, and the app refuses to start.
+    pub(crate) fn route(&mut self, prefix: &str, layers: &[Arc<dyn Middleware>]) {
+        match self.descriptor.prefixed(prefix) {
+            Some(routed) => self.descriptor = routed,
+            None => {
+                self.unroutable = Some(format!(
+                    "registration `{}` is in a router with prefix `{prefix}`, and its descriptor `{:?}` cannot be prefixed; mount it on the broker instead",
+                    self.name, self.descriptor
+                ));
+            }
+        }
+        let mut outer = layers.to_vec();
+        outer.append(&mut self.layers.router);
+        self.layers.router = outer;
+    }
+
+    /// An error when a router could not prefix this registration.
+    pub(crate) fn check_routed(&self) -> Result<(), crate::Error> {
+        match &self.unroutable {
+            Some(reason) => Err(crate::Error::new(crate::ErrorKind::Config, reason.clone())),
+            None => Ok(()),
+        }
     }
 
     /// Adds one of the app's layers (outside the broker's, after the app's added before).

@@ -91,4 +91,10 @@ impl Descriptor for CoreSubject {
     fn as_any(&self) -> &dyn Any {
         self
     }
+
+    fn prefixed(&self, prefix: &str) -> Option<std::sync::Arc<dyn Descriptor>> {
+        let mut routed = self.clone();
+        routed.subject = format!("{prefix}.{}", self.subject);
+        Some(std::sync::Arc::new(routed))
+    }
 }

@@ -183,6 +183,18 @@ impl Descriptor for JetStreamSubject {
     fn as_any(&self) -> &dyn Any {
         self
     }
+
+    /// The subject and a filter subject set apart, both under the prefix; the stream and the
+    /// consumer keep their names.
+    fn prefixed(&self, prefix: &str) -> Option<std::sync::Arc<dyn Descriptor>> {
+        let mut routed = self.clone();
+        routed.subject = format!("{prefix}.{}", self.subject);
+        routed.filter_subject = self
+            .filter_subject
+            .as_ref()
+            .map(|filter| format!("{prefix}.{filter}"));
+        Some(std::sync::Arc::new(routed))
+    }
 }
 
 mod wait {

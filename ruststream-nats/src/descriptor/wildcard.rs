@@ -82,4 +82,10 @@ impl Descriptor for CoreWildcard {
     fn as_any(&self) -> &dyn Any {
         self
     }
+
+    fn prefixed(&self, prefix: &str) -> Option<std::sync::Arc<dyn Descriptor>> {
+        let mut routed = self.clone();
+        routed.pattern = format!("{prefix}.{}", self.pattern);
+        Some(std::sync::Arc::new(routed))
+    }
 }

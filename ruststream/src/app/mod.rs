@@ -214,6 +214,13 @@ impl<S> Scope<S> {
         self
     }
 
+    /// Mounts every registration of `router`, under its prefix and inside its layers; see
+    /// [`Router`](crate::Router).
+    pub fn include_router(&mut self, router: crate::Router<S>) -> &mut Self {
+        self.registrations.extend(router.into_routed());
+        self
+    }
+
     /// Adds a middleware around every handler of this broker (mounted before or after this
     /// call), inside the app's and outside each registration's; see `docs/middleware.md`.
     pub fn layer(&mut self, middleware: impl crate::middleware::Middleware) -> &mut Self {
@@ -444,6 +451,9 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
                 env
             };
             check_names(&self.registrations())?;
+            for (_, regs) in &self.brokers {
+                regs.iter().try_for_each(Registration::check_routed)?;
+            }
             for (broker, regs) in &self.brokers {
                 let infos: Vec<_> = regs.iter().map(Registration::info).collect();
                 broker.validate(&infos)?;
