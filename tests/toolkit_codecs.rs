@@ -8,7 +8,7 @@ mod nats_support;
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use ruststream::codec::{CONTENT_TYPE, Codec, Format};
+use ruststream::codec::{CONTENT_TYPE, Codec, Format, Proto};
 use ruststream::{AppInfo, HandlerOutcome, Headers, Outgoing, RustStream, subscriber};
 use ruststream_nats::NatsBroker;
 use serde::{Deserialize, Serialize};
@@ -50,6 +50,46 @@ async fn cbor_receipt(order: &Order) -> Result<Receipt, HandlerOutcome> {
     })
 }
 
+#[derive(Clone, PartialEq, prost::Message)]
+struct PbOrder {
+    #[prost(uint64, tag = "1")]
+    id: u64,
+    #[prost(string, tag = "2")]
+    note: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct PbReceipt {
+    #[prost(uint64, tag = "1")]
+    id: u64,
+}
+
+/// Protocol Buffers in and out; the publish error is the handler's own error type.
+#[subscriber("orders.proto")]
+async fn proto_receipt(
+    order: &Proto<PbOrder>,
+    ctx: &mut ruststream::Context<'_>,
+) -> Result<(), ruststream::PublishError> {
+    ctx.publish_to("receipts.proto", &Proto(PbReceipt { id: order.id }))
+        .await
+}
+
+fn pb_order(id: u64) -> Bytes {
+    Format::Protobuf
+        .encode(&Proto(PbOrder {
+            id,
+            note: "ü".into(),
+        }))
+        .unwrap()
+}
+
+fn pb_receipt(payload: &[u8]) -> u64 {
+    Format::Protobuf
+        .decode::<Proto<PbReceipt>>(payload)
+        .unwrap()
+        .id
+}
+
 static RAW: Mutex<Vec<(String, Vec<u8>)>> = Mutex::new(Vec::new());
 
 #[subscriber("raw.slice")]
@@ -86,6 +126,9 @@ fn app<B: ruststream::Broker>(broker: B) -> impl ruststream::App<State = ()> {
         b.include(cbor_receipt).dead_letter("dead.orders");
         b.include(raw_slice);
         b.include(raw_bytes);
+        b.include(proto_receipt)
+            .codec(Format::Protobuf)
+            .dead_letter("dead.orders");
     })
 }
 
@@ -135,6 +178,31 @@ fn content_types_name_the_formats() {
         Some(Format::Json)
     );
     assert_eq!(Format::from_content_type("text/plain"), None);
+    // Protocol Buffers: `Proto<T>` only; a serde struct is refused with the fix.
+    let pb = Format::Protobuf
+        .encode(&Proto(PbOrder {
+            id: 3,
+            note: "x".into(),
+        }))
+        .unwrap();
+    assert_eq!(
+        Format::Protobuf.decode::<Proto<PbOrder>>(&pb).unwrap().0,
+        PbOrder {
+            id: 3,
+            note: "x".into()
+        }
+    );
+    let refused = Format::Protobuf.encode(&order(3)).unwrap_err().to_string();
+    assert!(refused.contains("`Proto(message)`"), "{refused}");
+    let refused = Format::Protobuf
+        .decode::<Order>(&pb)
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("`Proto<T>`"), "{refused}");
+    assert_eq!(
+        Format::from_content_type("application/protobuf"),
+        Some(Format::Protobuf)
+    );
     assert!(Format::Json.accepts(None).is_ok());
     let err = Format::Cbor
         .accepts(Some("application/json"))
@@ -239,6 +307,22 @@ mod in_process {
             ]
         );
         assert!(t.dead_letters("dead.orders").is_empty());
+        t.shutdown().await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn protocol_buffers_in_and_out() {
+        let t = TestApp::start(app(NatsBroker::new("nats://unused:4222")))
+            .await
+            .expect("the app starts");
+        t.publish_raw("orders.proto", typed(Format::Protobuf), pb_order(5))
+            .await
+            .unwrap();
+        t.settle().await;
+        let out = outputs(&t, "receipts.proto");
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0.get(CONTENT_TYPE), Some("application/protobuf"));
+        assert_eq!(pb_receipt(&out[0].1), 5);
         t.shutdown().await.unwrap();
     }
 
@@ -373,6 +457,24 @@ mod live {
             headers_of(dead[0]).get(CONTENT_TYPE),
             Some("application/json")
         );
+        running.stop().await.expect("a clean stop");
+    }
+
+    #[tokio::test]
+    async fn protocol_buffers_in_and_out_on_the_wire() {
+        let (server, client) = live_server().await;
+        let wire = Recorder::start(&client, ["receipts.proto"]).await;
+        let running = app(NatsBroker::new(server.url()))
+            .start(ruststream::Env::new())
+            .await
+            .expect("the app starts");
+        publish(&client, "orders.proto", Some(Format::Protobuf), pb_order(6)).await;
+        let seen = wire.until(1).await;
+        assert_eq!(
+            headers_of(&seen[0]).get(CONTENT_TYPE),
+            Some("application/protobuf")
+        );
+        assert_eq!(pb_receipt(&seen[0].payload), 6);
         running.stop().await.expect("a clean stop");
     }
 

@@ -65,7 +65,7 @@ pub mod guides {
     #[cfg(feature = "testing")]
     #[doc = include_str!("../../docs/testing.md")]
     pub mod testing {}
-    #[cfg(all(feature = "msgpack", feature = "cbor"))]
+    #[cfg(all(feature = "msgpack", feature = "cbor", feature = "protobuf"))]
     #[doc = include_str!("../../docs/codecs.md")]
     pub mod codecs {}
     #[doc = include_str!("../../docs/middleware.md")]
