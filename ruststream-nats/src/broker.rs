@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use ruststream::broker::Embedded;
 use ruststream::registration::RegistrationInfo;
 use ruststream::settle::DeliveryModel;
 use ruststream::{Broker, Endpoint, Env, Error, ErrorKind, RunningBroker};
@@ -17,6 +18,7 @@ use crate::executor::Executor;
 use crate::options::{Auth, ConnectionOptions, redact};
 use crate::publish::NatsPublisher;
 use crate::running::RunningNatsBroker;
+use crate::settings;
 use crate::source::{Reopen, Source};
 use crate::transport::nats::NatsTransport;
 use crate::transport::{
@@ -145,11 +147,15 @@ impl NatsBroker {
         self
     }
 
-    /// Connects to the server.
-    async fn connect(&self) -> Result<NatsTransport, Error> {
-        let address = redact(&self.url);
+    /// Connects to the server at the URL `env` gives (`--url`, `NATS_URL`), else the one in the
+    /// code.
+    async fn connect(&self, env: &Env) -> Result<NatsTransport, Error> {
+        let (url, from) = settings::resolve(&self.url, env);
+        settings::check_url(url, from)?;
+        let address = redact(url);
+        tracing::info!(address = %address, from, "connecting to NATS (URL from {from})");
         let options = self.options.build(&address).await?;
-        let client = options.connect(self.url.as_str()).await.map_err(|err| {
+        let client = options.connect(url).await.map_err(|err| {
             Error::new(
                 ErrorKind::Connect,
                 format!(
@@ -158,7 +164,11 @@ impl NatsBroker {
             )
             .with_source(err)
         })?;
-        tracing::info!(address = %address, "connected to NATS");
+        let version = client.server_info().version;
+        tracing::info!(address = %address, server_version = %version, "connected to NATS");
+        if let Some(warning) = settings::version_warning(&version) {
+            tracing::warn!(address = %address, "{warning}");
+        }
         Ok(NatsTransport::new(client))
     }
 }
@@ -176,6 +186,35 @@ impl Broker for NatsBroker {
         validate(registrations, &self.streams)
     }
 
+    fn warnings(&self, registrations: &[RegistrationInfo]) -> Vec<String> {
+        crate::validate::warnings(registrations)
+    }
+
+    fn declared_streams(&self) -> Vec<(String, Vec<String>)> {
+        self.streams
+            .iter()
+            .map(|s| (s.name.clone(), s.subjects.clone()))
+            .collect()
+    }
+
+    fn check<'a>(
+        &'a self,
+        registrations: &'a [RegistrationInfo],
+        env: &'a Env,
+    ) -> BoxFuture<'a, Result<Vec<String>, Error>> {
+        Box::pin(async move {
+            let transport = self.connect(env).await?;
+            let (url, from) = settings::resolve(&self.url, env);
+            let version = transport.client().server_info().version;
+            let mut done = vec![format!(
+                "connected to nats-server {version} at {} (URL from {from})",
+                redact(url)
+            )];
+            done.extend(check_on_server(&transport, registrations, &self.streams).await?);
+            Ok(done)
+        })
+    }
+
     fn start(
         self: Box<Self>,
         endpoints: Vec<Endpoint>,
@@ -185,7 +224,10 @@ impl Broker for NatsBroker {
             validate_endpoints(&endpoints)?;
             let transport: Arc<dyn Transport> = match env.get::<TransportOverride>() {
                 Some(TransportOverride(transport)) => Arc::clone(transport),
-                None => Arc::new(self.connect().await?),
+                None => match env.get::<Embedded>() {
+                    Some(embedded) => start_embedded(embedded, &endpoints, &self.streams).await?,
+                    None => Arc::new(self.connect(&env).await?),
+                },
             };
             for spec in &self.streams {
                 transport
@@ -266,6 +308,90 @@ impl Broker for NatsBroker {
             Ok(running)
         })
     }
+}
+
+/// The embedded NATS in place of a server (`run --embedded`).
+#[cfg(feature = "embedded")]
+async fn start_embedded(
+    embedded: &Embedded,
+    endpoints: &[Endpoint],
+    declared: &[StreamSpec],
+) -> Result<Arc<dyn Transport>, Error> {
+    let infos: Vec<RegistrationInfo> = endpoints.iter().map(|e| e.info().clone()).collect();
+    let nats = crate::embedded::start(embedded, &infos, declared).await?;
+    Ok(Arc::new(nats))
+}
+
+#[cfg(not(feature = "embedded"))]
+async fn start_embedded(
+    _embedded: &Embedded,
+    _endpoints: &[Endpoint],
+    _declared: &[StreamSpec],
+) -> Result<Arc<dyn Transport>, Error> {
+    Err(Error::new(
+        ErrorKind::Config,
+        "this app was built without the embedded NATS; enable the `embedded` feature of ruststream-nats (a default feature) or run without --embedded",
+    ))
+}
+
+/// `check` against the server, changing nothing: every stream a JetStream registration reads
+/// exists or is declared, and every durable consumer that exists agrees with its descriptor.
+async fn check_on_server(
+    transport: &NatsTransport,
+    registrations: &[RegistrationInfo],
+    declared: &[StreamSpec],
+) -> Result<Vec<String>, Error> {
+    let mut done = Vec::new();
+    for info in registrations {
+        if info.descriptor.model != DeliveryModel::JetStream {
+            continue;
+        }
+        let name = &info.name;
+        let Some(stream) = info.descriptor.stream.as_deref() else {
+            continue;
+        };
+        let exists = transport.stream_exists(stream).await.map_err(|err| {
+            Error::new(
+                ErrorKind::Broker,
+                format!(
+                    "cannot check stream `{stream}` of registration `{name}` (is JetStream enabled on the server?)"
+                ),
+            )
+            .with_source(err)
+        })?;
+        if !exists {
+            if declared.iter().any(|d| d.name == stream) {
+                done.push(format!(
+                    "stream `{stream}` of registration `{name}` does not exist yet; the broker declares it at startup"
+                ));
+                continue;
+            }
+            let subject = &info.descriptor.subject;
+            return Err(Error::new(
+                ErrorKind::Broker,
+                format!(
+                    "registration `{name}` reads stream `{stream}`, which does not exist; create it with `nats stream add {stream} --subjects \"{subject}\"`, or declare it on the broker: `NatsBroker::new(url).declare_stream(\"{stream}\", [\"{subject}\"])`"
+                ),
+            ));
+        }
+        done.push(format!("stream `{stream}` of registration `{name}` exists"));
+        if let Some(durable) = info.descriptor.consumer.as_deref() {
+            let state = transport
+                .check_durable(stream, durable, &info.descriptor.subject)
+                .await
+                .map_err(|err| {
+                    Error::new(
+                        ErrorKind::Broker,
+                        format!(
+                            "registration `{name}` cannot read stream `{stream}`: {}",
+                            err.message
+                        ),
+                    )
+                })?;
+            done.push(format!("registration `{name}`: {state}"));
+        }
+    }
+    Ok(done)
 }
 
 /// Every stream a JetStream registration reads must exist.

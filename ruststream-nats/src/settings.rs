@@ -1,0 +1,105 @@
+//! Where the broker URL comes from (`run --url`, `NATS_URL`, the code), whether it parses, and
+//! which nats-server versions RustStream supports.
+
+use ruststream::broker::BrokerUrl;
+use ruststream::{Env, Error, ErrorKind};
+
+use crate::options::redact;
+
+/// The oldest nats-server RustStream supports: the oldest its tests run against in CI.
+///
+/// Older servers miss pull-request heartbeats and `-NAK` delays the runtime relies on. 2.9.x
+/// also has a defect a 2.10 server fixed: a delayed redelivery that comes due as the only
+/// waiting pull request expires is lost until `ack_wait` runs out (RustStream keeps a second
+/// request waiting before one expires, which avoids it; see `transport/pull.rs`).
+pub const MIN_SERVER_VERSION: (u64, u64, u64) = (2, 9, 10);
+
+/// The URL a broker built with `code_url` connects to, and where it came from: the
+/// [`BrokerUrl`] in `env` (`--url`, `NATS_URL`), else the code.
+pub(crate) fn resolve<'a>(code_url: &'a str, env: &'a Env) -> (&'a str, &'static str) {
+    match env.get::<BrokerUrl>() {
+        Some(given) => (given.url.as_str(), given.from),
+        None => (code_url, "the app's code"),
+    }
+}
+
+/// Refuses a URL that does not parse, naming the setting it came from.
+pub(crate) fn check_url(url: &str, from: &str) -> Result<(), Error> {
+    let problems: Vec<String> = url
+        .split(',')
+        .filter_map(|one| {
+            let one = one.trim();
+            if one.is_empty() {
+                return Some("an empty server address".to_owned());
+            }
+            one.parse::<async_nats::ServerAddr>()
+                .err()
+                .map(|err| format!("`{}`: {err}", redact(one)))
+        })
+        .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Config,
+        format!(
+            "the NATS URL from {from} does not parse ({}); set it to a URL such as nats://localhost:4222 (several separated by commas)",
+            problems.join(", ")
+        ),
+    ))
+}
+
+/// `2.9.10` as numbers; a suffix (`-beta`) is ignored, a missing part is 0.
+pub(crate) fn parse_version(version: &str) -> Option<(u64, u64, u64)> {
+    let core = version.trim().trim_start_matches('v');
+    let core = core.split(['-', '+']).next()?;
+    let mut parts = core.split('.').map(str::parse::<u64>);
+    let major = parts.next()?.ok()?;
+    let minor = parts.next().unwrap_or(Ok(0)).ok()?;
+    let patch = parts.next().unwrap_or(Ok(0)).ok()?;
+    Some((major, minor, patch))
+}
+
+/// The warning for a server older than [`MIN_SERVER_VERSION`], if it is.
+pub(crate) fn version_warning(version: &str) -> Option<String> {
+    let found = parse_version(version)?;
+    (found < MIN_SERVER_VERSION).then(|| {
+        let (a, b, c) = MIN_SERVER_VERSION;
+        format!(
+            "nats-server {version} is older than {a}.{b}.{c}, the oldest RustStream supports; redeliveries and pull requests may misbehave: upgrade the server"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_below_the_minimum_are_warned_about() {
+        assert_eq!(parse_version("2.9.10"), Some((2, 9, 10)));
+        assert_eq!(parse_version("2.15.1-beta.2"), Some((2, 15, 1)));
+        assert_eq!(parse_version("v2.10"), Some((2, 10, 0)));
+        assert_eq!(parse_version("garbage"), None);
+        assert!(version_warning("2.9.10").is_none());
+        assert!(version_warning("2.15.1").is_none());
+        let warning = version_warning("2.8.4").expect("2.8.4 is too old");
+        assert!(
+            warning.contains("2.8.4") && warning.contains("2.9.10"),
+            "{warning}"
+        );
+    }
+
+    #[test]
+    fn a_url_that_does_not_parse_names_its_setting_and_hides_credentials() {
+        assert!(check_url("nats://localhost:4222", "--url").is_ok());
+        assert!(check_url("nats://a:4222, nats://b:4223", "NATS_URL").is_ok());
+        let err = check_url("nats://alice:s3cret@host:notaport", "NATS_URL")
+            .expect_err("the port is not a number")
+            .to_string();
+        assert!(err.contains("from NATS_URL"), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
+        let err = check_url("nats://a:4222,", "--url").expect_err("an empty address");
+        assert!(err.to_string().contains("from --url"), "{err}");
+    }
+}
