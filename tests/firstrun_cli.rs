@@ -213,6 +213,38 @@ fn check_reports_what_run_would_refuse_and_passes_once_the_stream_exists() {
 }
 
 #[test]
+fn check_refuses_a_durable_that_conflicts_with_its_descriptor() {
+    let server = NatsServer::start();
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let (_client, js) = connect_jetstream(&server).await;
+        create_stream(&js, "PAYMENTS", ["payments.>"]).await;
+        let stream = js.get_stream("PAYMENTS").await.expect("the stream");
+        stream
+            .create_consumer(async_nats::jetstream::consumer::pull::Config {
+                durable_name: Some("capture".to_owned()),
+                filter_subject: "payments.other".to_owned(),
+                ..Default::default()
+            })
+            .await
+            .expect("a durable reading another subject");
+    });
+    let (out, stdout, stderr) = run(&mut payments(["check", "--url", &server.url()]));
+    assert!(!out.status.success(), "{stdout}");
+    assert!(
+        stderr.contains("durable consumer `capture` of stream `PAYMENTS` exists with filter subject `payments.other`"),
+        "{stderr}"
+    );
+    // `run` refuses it too.
+    let (out, _, run_stderr) = run(&mut payments(["run", "--url", &server.url()]));
+    assert!(!out.status.success());
+    assert!(
+        run_stderr.contains("filter subject `payments.other`"),
+        "{run_stderr}"
+    );
+}
+
+#[test]
 fn run_embedded_declares_the_streams_and_prints_what_each_handler_did() {
     let seed = std::env::temp_dir().join(format!("firstrun-seed-{}.txt", std::process::id()));
     std::fs::write(
