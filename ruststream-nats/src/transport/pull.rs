@@ -114,8 +114,9 @@ pub(crate) struct Puller {
     ended: bool,
     /// How long before the newest request expires a fresh one goes out; `None` without expiry.
     renew_before: Option<Duration>,
-    /// When the newest request needs a successor.
-    renew_at: Option<Instant>,
+    /// Fires when the newest request needs a successor (armed by each request).
+    renew: Pin<Box<Sleep>>,
+    renew_armed: bool,
     /// That moment passed: the next turn sends a request whatever the count says.
     renew_due: bool,
     expires: Duration,
@@ -174,7 +175,8 @@ impl Puller {
             stats,
             ended: false,
             renew_before: heartbeat.map(|heartbeat| (2 * heartbeat).min(expires / 2)),
-            renew_at: None,
+            renew: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            renew_armed: false,
             renew_due: false,
             expires,
         })
@@ -284,9 +286,15 @@ impl Puller {
         self.outstanding += batch;
         self.connects = self.stats.connects.load(Ordering::Relaxed);
         self.renew_due = false;
-        self.renew_at = self
-            .renew_before
-            .map(|before| Instant::now() + self.expires.saturating_sub(before));
+        if let Some(before) = self.renew_before {
+            // Moved at most once per heartbeat, not per request: firing up to a heartbeat
+            // early only sends the successor a little sooner.
+            let at = Instant::now() + self.expires.saturating_sub(before);
+            if !self.renew_armed || at > self.renew.deadline() + HEARTBEAT {
+                self.renew.as_mut().reset(at);
+                self.renew_armed = true;
+            }
+        }
         let sent = self
             .client
             .publish_with_reply(self.next_subject.clone(), self.inbox.clone(), request)
@@ -354,22 +362,14 @@ impl Puller {
         if self.quiet.deadline() < started + heartbeat {
             self.quiet.as_mut().reset(silent_at);
         }
-        let renew_at = self.renew_at;
-        let renew = async move {
-            match renew_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(renew);
         loop {
             tokio::select! {
                 biased;
                 message = self.subscriber.next() => return Some(message),
-                () = renew.as_mut() => {
+                () = self.renew.as_mut(), if self.renew_armed => {
                     // The newest request is about to expire: ask again (see the module docs).
                     self.renew_due = true;
-                    self.renew_at = None;
+                    self.renew_armed = false;
                     return None;
                 }
                 () = self.quiet.as_mut() => {
