@@ -307,3 +307,53 @@ fn run_embedded_declares_the_streams_and_prints_what_each_handler_did() {
         "{all}"
     );
 }
+
+#[test]
+fn check_says_whether_a_stream_stores_each_dead_letter() {
+    use ruststream::{App as _, AppInfo, Env, HandlerOutcome, RustStream};
+    use ruststream_nats::{CoreSubject, NatsBroker};
+
+    struct Ack;
+    impl ruststream::Handle<serde_json::Value> for Ack {
+        async fn handle(
+            &self,
+            _value: &serde_json::Value,
+            _outs: &(),
+            _ctx: &mut ruststream::Context<'_>,
+        ) -> Result<(), HandlerOutcome> {
+            Ok(())
+        }
+    }
+
+    let server = NatsServer::start();
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let done = runtime.block_on(async {
+        let (_client, js) = connect_jetstream(&server).await;
+        create_stream(&js, "DEAD", ["dead.>"]).await;
+        let app = RustStream::new(AppInfo::new("dl", "0.1.0")).with_broker(
+            NatsBroker::new(server.url()),
+            |b| {
+                b.include(CoreSubject::new("orders.stored").handler(Ack))
+                    .name("stored")
+                    .dead_letter("dead.orders");
+                b.include(CoreSubject::new("orders.lost").handler(Ack))
+                    .name("lost")
+                    .dead_letter("nowhere.orders");
+            },
+        );
+        app.check(Env::new()).await.expect("every check passes")
+    });
+    let all = done.join("\n");
+    assert!(
+        all.contains(
+            "dead letters of registration `stored` go to `dead.orders`, stored in stream `DEAD`"
+        ),
+        "{all}"
+    );
+    assert!(
+        all.contains(
+            "dead letters of registration `lost` go to `nowhere.orders`, which no stream stores"
+        ),
+        "{all}"
+    );
+}

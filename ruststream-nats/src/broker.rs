@@ -343,6 +343,22 @@ async fn check_on_server(
 ) -> Result<Vec<String>, Error> {
     let mut done = Vec::new();
     for info in registrations {
+        if let Some(dead_letter) = info.policy.dead_letter.as_deref() {
+            done.push(match transport.stream_by_subject(dead_letter).await {
+                Ok(Some(stream)) => format!(
+                    "dead letters of registration `{}` go to `{dead_letter}`, stored in stream `{stream}`",
+                    info.name
+                ),
+                Ok(None) => format!(
+                    "dead letters of registration `{}` go to `{dead_letter}`, which no stream stores: each is a Core publish that only a subscriber listening at that moment gets",
+                    info.name
+                ),
+                Err(err) => format!(
+                    "dead letters of registration `{}` go to `{dead_letter}`; whether a stream stores it is unknown: {}",
+                    info.name, err.message
+                ),
+            });
+        }
         if info.descriptor.model != DeliveryModel::JetStream {
             continue;
         }
