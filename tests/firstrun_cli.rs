@@ -357,3 +357,40 @@ fn check_says_whether_a_stream_stores_each_dead_letter() {
         "{all}"
     );
 }
+
+#[test]
+fn the_environment_turns_on_the_embedded_nats() {
+    let mut child = payments(["run"])
+        .env("RUSTSTREAM_EMBEDDED", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the example starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|l: &String| l.contains("nothing is persisted"))
+    {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => seen.push(line),
+            Err(_) => break,
+        }
+    }
+    child.kill().expect("the app stops");
+    let _ = child.wait();
+    assert!(
+        seen.iter()
+            .any(|l| l.starts_with("[embedded] NATS inside this process, for development")),
+        "RUSTSTREAM_EMBEDDED=1 runs on the embedded NATS: {seen:?}"
+    );
+}

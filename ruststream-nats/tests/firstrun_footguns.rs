@@ -61,6 +61,11 @@ impl Captured {
     }
 }
 
+/// The tests of this file run one at a time, each under its own capturing subscriber: tracing
+/// caches per call site whether anyone listens, and call sites first reached by two threads at
+/// once (one listening, one not) may be cached as unheard.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn capture_warnings() -> (Captured, tracing::subscriber::DefaultGuard) {
     let captured = Captured::default();
     let writer = captured.clone();
@@ -74,6 +79,8 @@ fn capture_warnings() -> (Captured, tracing::subscriber::DefaultGuard) {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_retry_subject_the_registration_never_reads_is_refused() {
+    let _serial = SERIAL.lock().await;
+    let (_captured, _guard) = capture_warnings();
     let err = TestApp::start(app(|b| {
         b.include(CoreSubject::new("orders.created").handler(Always(HandlerOutcome::retry())))
             .name("create")
@@ -101,6 +108,8 @@ async fn a_retry_subject_the_registration_never_reads_is_refused() {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn two_registrations_on_one_durable_are_refused() {
+    let _serial = SERIAL.lock().await;
+    let (_captured, _guard) = capture_warnings();
     let err = TestApp::start(app(|b| {
         b.include(
             JetStreamSubject::new("orders.created", "ORDERS")
@@ -126,6 +135,7 @@ async fn two_registrations_on_one_durable_are_refused() {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn an_uncapped_jetstream_retry_is_warned_about_logged_and_fails_settle_fast() {
+    let _serial = SERIAL.lock().await;
     let (captured, _guard) = capture_warnings();
     let looping = app(|b| {
         b.include(
@@ -184,6 +194,8 @@ async fn an_uncapped_jetstream_retry_is_warned_about_logged_and_fails_settle_fas
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 #[should_panic(expected = "registration `loop` took one message")]
 async fn settle_names_the_registration_that_loops() {
+    let _serial = SERIAL.lock().await;
+    let (_captured, _guard) = capture_warnings();
     let t = TestApp::start(app(|b| {
         b.include(
             JetStreamSubject::new("orders.created", "ORDERS")
@@ -202,6 +214,7 @@ async fn settle_names_the_registration_that_loops() {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn a_core_handler_answering_ack_logs_no_warning() {
+    let _serial = SERIAL.lock().await;
     let (captured, _guard) = capture_warnings();
     let t = TestApp::start(app(|b| {
         b.include(CoreSubject::new("orders.shipped").handler(Always(HandlerOutcome::ack())))
@@ -222,6 +235,8 @@ async fn a_core_handler_answering_ack_logs_no_warning() {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn streams_the_test_creates_for_the_app_are_announced() {
+    let _serial = SERIAL.lock().await;
+    let (_captured, _guard) = capture_warnings();
     let t = TestApp::start(app(|b| {
         b.include(
             JetStreamSubject::new("orders.created", "ORDERS")
@@ -250,4 +265,12 @@ async fn streams_the_test_creates_for_the_app_are_announced() {
     let t = TestApp::start(declared).await.expect("the app starts");
     assert!(t.streams_created_for_the_test().is_empty());
     t.shutdown().await.expect("a clean stop");
+}
+
+#[test]
+fn the_prelude_has_headers_for_publish_raw() {
+    use ruststream_nats::prelude::*;
+    let mut headers = Headers::new();
+    headers.insert("trace-id", "t-1");
+    assert_eq!(headers.get("trace-id"), Some("t-1"));
 }
