@@ -141,8 +141,9 @@ pub struct BrokerUrl {
     pub from: &'static str,
 }
 
-/// Put into the [`Env`] by `run --embedded` (or `RUSTSTREAM_EMBEDDED=1`): a broker that can
-/// runs on a server inside the process, for development, with nothing persisted.
+/// Put into the [`Env`] by `run --embedded` (or `RUSTSTREAM_EMBEDDED=1`): the broker
+/// runs on a server inside the process, for development, with nothing persisted (a broker that
+/// cannot refuses to start).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Embedded {
     /// A file of messages to publish once the app started: one `publish SUBJECT JSON` a line.

@@ -29,9 +29,9 @@ pub const EMBEDDED_ENV: &str = "RUSTSTREAM_EMBEDDED";
 
 const SETTINGS_HELP: &str = "\
 Settings (a flag overrides the environment, which overrides the code):
-  --url URL            NATS_URL             the broker URL (else the URL in the app's code)
-  --embedded           RUSTSTREAM_EMBEDDED=1  run on the embedded NATS, for development
-                       RUST_LOG             the log filter (info by default)";
+  run --url URL    NATS_URL               the broker URL (else the URL in the app's code)
+  run --embedded   RUSTSTREAM_EMBEDDED=1  the embedded NATS: in the process, nothing persisted
+                   RUST_LOG               the log filter (info by default)";
 
 #[derive(Debug, Parser)]
 struct Cli {
