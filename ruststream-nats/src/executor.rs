@@ -34,6 +34,16 @@ pub(crate) struct Incoming {
 }
 
 /// Executes the decisions of one registration.
+/// How many deliveries of one message make the runtime say that it is looping.
+const LOOPING_DELIVERIES: u64 = 100;
+
+fn is_power_of_ten(mut n: u64) -> bool {
+    while n >= 10 && n.is_multiple_of(10) {
+        n /= 10;
+    }
+    n == 1
+}
+
 pub(crate) struct Executor {
     transport: Arc<dyn Transport>,
     copies: Arc<Copies>,
@@ -218,10 +228,11 @@ impl Executor {
         self.transport.flush().await
     }
 
-    /// Core settles nothing: a warning naming the subscription once, then at debug.
+    /// Core settles nothing. `ack()` is what a Core handler says when it is done: correct
+    /// code, at debug. Any other kind: a warning naming the subscription once, then at debug.
     fn unsupported(&self, kind: AckKind) {
         let err = AckError::Unsupported;
-        if self.warned_unsupported.swap(true, Ordering::Relaxed) {
+        if kind == AckKind::Ack || self.warned_unsupported.swap(true, Ordering::Relaxed) {
             tracing::debug!(
                 registration = %self.registration,
                 subject = %self.subject,
@@ -241,6 +252,18 @@ impl Executor {
     }
 
     fn log_handled(&self, delivery: &Delivery, handled: &Handled, decision: &Decision) {
+        // A message delivered over and over (a retry without a cap): said at 100, 1 000, ...
+        let count = delivery
+            .delivered()
+            .unwrap_or_else(|| u64::from(delivery.attempt().get()));
+        if count >= LOOPING_DELIVERIES && is_power_of_ten(count) {
+            tracing::warn!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                deliveries = count,
+                "one message was delivered {count} times; a handler that keeps answering `retry()` without a cap is delivered again forever: add `.max_attempts(..)` at its mount site"
+            );
+        }
         match handled {
             Handled::Outcome(_) => {}
             Handled::Undecodable(error) => tracing::warn!(

@@ -5,6 +5,8 @@
 mod broker;
 mod copies;
 pub mod descriptor;
+#[cfg(feature = "embedded")]
+pub mod embedded;
 mod events;
 mod executor;
 #[cfg(test)]
@@ -15,6 +17,7 @@ mod options;
 mod publish;
 mod rate;
 mod running;
+mod settings;
 mod source;
 mod subject;
 #[cfg(feature = "testing")]
@@ -31,6 +34,7 @@ pub use copies::RETRY_COUNT_HEADER;
 pub use descriptor::{CoreSubject, CoreWildcard, DeliverPolicy, JetStreamSubject};
 pub use jetstream_info::JetStreamInfo;
 pub use keys::{JetStream, StreamName, StreamSequence};
+pub use settings::MIN_SERVER_VERSION;
 
 /// Every name a NATS service uses, in one glob: `use ruststream_nats::prelude::*;`.
 pub mod prelude {
@@ -65,4 +69,7 @@ pub mod guides {
     #[cfg(feature = "testing")]
     #[doc = include_str!("../../docs/testing.md")]
     pub mod testing {}
+    #[cfg(feature = "testing")]
+    #[doc = include_str!("../../docs/first-service.md")]
+    pub mod first_service {}
 }

@@ -42,6 +42,8 @@ pub mod prelude {
         Handle, HandleBatch, HandlerOutcome, NonZeroDuration, Outgoing, Publisher, RustStream,
         State, Subject, nonzero, subscriber,
     };
+    // `publish_raw` and `TestApp::publish_raw` take headers.
+    pub use crate::Headers;
 }
 
 /// What the macros expand to. Not a public API: it may change in any release.

@@ -8,7 +8,7 @@
 //! (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>`),
 //! exactly as on a real server, so both transports parse and settle the same way.
 
-#[cfg(feature = "testing")]
+#[cfg(feature = "embedded")]
 pub(crate) mod in_process;
 pub mod nats;
 mod pull;

@@ -674,3 +674,71 @@ fn raw_sharing(message: async_nats::Message, last: &mut Option<Arc<str>>) -> Raw
         payload: message.payload,
     }
 }
+
+impl NatsTransport {
+    /// For `check`: whether durable consumer `durable` of `stream` exists and agrees with a
+    /// registration reading `filter` (the settings the server cannot change in place), changing
+    /// nothing. Says what it found.
+    pub(crate) async fn check_durable(
+        &self,
+        stream: &str,
+        durable: &str,
+        filter: &str,
+    ) -> Result<String, TransportError> {
+        let handle = self
+            .jetstream
+            .get_stream(stream)
+            .await
+            .map_err(|err| get_stream_error(stream, &err))?;
+        let existing = match handle.consumer_info(durable).await {
+            Ok(info) => info,
+            Err(err) => match err.kind() {
+                jetstream::context::ConsumerInfoErrorKind::NotFound => {
+                    return Ok(format!(
+                        "durable consumer `{durable}` does not exist yet; it is created at startup"
+                    ));
+                }
+                jetstream::context::ConsumerInfoErrorKind::JetStream(js) if js.code() == 404 => {
+                    return Ok(format!(
+                        "durable consumer `{durable}` does not exist yet; it is created at startup"
+                    ));
+                }
+                _ => {
+                    return Err(TransportError::new(
+                        TransportErrorKind::Other,
+                        format!("cannot read consumer `{durable}` of stream `{stream}`: {err}"),
+                    ));
+                }
+            },
+        };
+        let mut conflicts = Vec::new();
+        if existing.config.filter_subject != filter {
+            conflicts.push(format!(
+                "filter subject `{}` (the descriptor reads `{filter}`)",
+                existing.config.filter_subject
+            ));
+        }
+        if existing.config.deliver_subject.is_some() {
+            conflicts
+                .push("a deliver subject (it is a push consumer; RustStream pulls)".to_owned());
+        }
+        if existing.config.ack_policy != consumer::AckPolicy::Explicit {
+            conflicts.push(format!(
+                "ack policy {:?} (RustStream settles each message: explicit)",
+                existing.config.ack_policy
+            ));
+        }
+        if conflicts.is_empty() {
+            return Ok(format!(
+                "durable consumer `{durable}` exists and agrees with the descriptor"
+            ));
+        }
+        Err(TransportError::new(
+            TransportErrorKind::ConsumerConflict,
+            format!(
+                "durable consumer `{durable}` of stream `{stream}` exists with {}, which cannot be changed in place; delete it (`nats consumer rm {stream} {durable}`) or give the descriptor another `.durable(..)` name",
+                conflicts.join(" and ")
+            ),
+        ))
+    }
+}

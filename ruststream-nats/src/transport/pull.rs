@@ -33,6 +33,18 @@
 //! so every second. Silence for two heartbeats, or a reconnection, means the server holds no
 //! request of ours (a lost connection takes them with it): the count starts again from zero and
 //! a new request goes out.
+//!
+//! # A fresh request before the last one expires
+//!
+//! A new request goes out a little before the newest one expires (two heartbeats before, or
+//! half the expiry when that is shorter), so the server always holds one that has not expired.
+//! nats-server 2.9 needs it: when a delayed redelivery (`-NAK` with a delay) comes due just as
+//! the only waiting request expires, the server drops that request, finds no other, and steps
+//! its stream cursor back as if the message were new. The redelivery is lost until `ack_wait`
+//! runs out and the last new message is delivered again with `delivered` 1. On an otherwise idle
+//! consumer a `retry_after` of the default 30 s expiry ends just as the request sent with the
+//! delivery expires: the payments demo met it in about one run in five on 2.9.10
+//! (`tests/firstrun_redelivery.rs` puts the two on top of each other).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -101,6 +113,14 @@ pub(crate) struct Puller {
     stats: Arc<async_nats::Statistics>,
     /// The consumer is gone (or refuses our requests): nothing more comes.
     ended: bool,
+    /// How long before the newest request expires a fresh one goes out; `None` without expiry.
+    renew_before: Option<Duration>,
+    /// Fires when the newest request needs a successor (armed by each request).
+    renew: Pin<Box<Sleep>>,
+    renew_armed: bool,
+    /// That moment passed: the next turn sends a request whatever the count says.
+    renew_due: bool,
+    expires: Duration,
 }
 
 impl Puller {
@@ -155,6 +175,11 @@ impl Puller {
             connects: stats.connects.load(Ordering::Relaxed),
             stats,
             ended: false,
+            renew_before: heartbeat.map(|heartbeat| (2 * heartbeat).min(expires / 2)),
+            renew: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            renew_armed: false,
+            renew_due: false,
+            expires,
         })
     }
 
@@ -166,7 +191,7 @@ impl Puller {
             if self.ended {
                 return None;
             }
-            if self.outstanding <= self.lookahead / 2
+            if (self.outstanding <= self.lookahead / 2 || self.renew_due)
                 && let Err(err) = self.pull().await
             {
                 return Some(Err(err));
@@ -175,7 +200,8 @@ impl Puller {
                 Some(message) => message,
                 None => match self.wait().await {
                     Some(message) => message,
-                    // Silence: the count was reset; ask again.
+                    // Silence (the count was reset), or the newest request is about to
+                    // expire: ask again.
                     None => continue,
                 },
             };
@@ -260,6 +286,16 @@ impl Puller {
         let request = Bytes::from(format!(r#"{{"batch":{batch}{}"#, self.request_tail));
         self.outstanding += batch;
         self.connects = self.stats.connects.load(Ordering::Relaxed);
+        self.renew_due = false;
+        if let Some(before) = self.renew_before {
+            // Moved at most once per heartbeat, not per request: firing up to a heartbeat
+            // early only sends the successor a little sooner.
+            let at = Instant::now() + self.expires.saturating_sub(before);
+            if !self.renew_armed || at > self.renew.deadline() + HEARTBEAT {
+                self.renew.as_mut().reset(at);
+                self.renew_armed = true;
+            }
+        }
         let sent = self
             .client
             .publish_with_reply(self.next_subject.clone(), self.inbox.clone(), request)
@@ -315,8 +351,8 @@ impl Puller {
     }
 
     /// Waits for the next message. `None` when the server was silent for two heartbeats or the
-    /// client reconnected since the requests went out: the server holds none of them, and the
-    /// count starts again from zero.
+    /// client reconnected since the requests went out (the server holds none of them, and the
+    /// count starts again from zero), or when the newest request needs a successor.
     async fn wait(&mut self) -> Option<Option<Message>> {
         let Some(heartbeat) = self.heartbeat else {
             return Some(self.subscriber.next().await);
@@ -331,6 +367,12 @@ impl Puller {
             tokio::select! {
                 biased;
                 message = self.subscriber.next() => return Some(message),
+                () = self.renew.as_mut(), if self.renew_armed => {
+                    // The newest request is about to expire: ask again (see the module docs).
+                    self.renew_due = true;
+                    self.renew_armed = false;
+                    return None;
+                }
                 () = self.quiet.as_mut() => {
                     let now = Instant::now();
                     let reconnected = self.stats.connects.load(Ordering::Relaxed) != self.connects;

@@ -92,6 +92,22 @@ pub trait App: Send + 'static {
     /// The brokers, as `(kind, address)`, for `describe`.
     fn brokers(&self) -> Vec<(&'static str, String)>;
 
+    /// The streams the brokers declare at startup, as `(name, subjects)`, for `describe`.
+    fn declared_streams(&self) -> Vec<(String, Vec<String>)> {
+        Vec::new()
+    }
+
+    /// Every startup check without starting anything (the `check` subcommand): the checks that
+    /// need no server first, then those against each broker (streams, durable consumers). One
+    /// line per check done; the first failure is the error `start` would return.
+    fn check(self, env: Env) -> impl Future<Output = Result<Vec<String>, Error>> + Send
+    where
+        Self: Sized,
+    {
+        let _ = env;
+        async { Ok(Vec::new()) }
+    }
+
     /// Starts the app in `env`: checks registrations, runs the startup hooks, connects and
     /// opens every registration.
     fn start(self, env: Env) -> impl Future<Output = Result<RunningApp, Error>> + Send;
@@ -376,6 +392,32 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
             .collect()
     }
 
+    fn declared_streams(&self) -> Vec<(String, Vec<String>)> {
+        self.brokers
+            .iter()
+            .flat_map(|(b, _)| b.declared_streams())
+            .collect()
+    }
+
+    // Spelled as the trait spells it: the `Send` bound is the point of the signature.
+    #[allow(clippy::manual_async_fn)]
+    fn check(self, env: Env) -> impl Future<Output = Result<Vec<String>, Error>> + Send {
+        async move {
+            self.validate()?;
+            let warnings = self.warnings();
+            let mut done = vec![format!(
+                "{} registrations: names, subjects, streams, dead letters and retry targets are valid",
+                self.registrations().len()
+            )];
+            done.extend(warnings.into_iter().map(|w| format!("warning: {w}")));
+            for (broker, regs) in self.brokers {
+                let infos: Vec<_> = regs.iter().map(Registration::info).collect();
+                done.extend(broker.check(&infos, &env).await?);
+            }
+            Ok(done)
+        }
+    }
+
     // Spelled as the trait spells it: the `Send` bound is the point of the signature.
     #[allow(clippy::manual_async_fn)]
     fn start(self, env: Env) -> impl Future<Output = Result<RunningApp, Error>> + Send {
@@ -385,10 +427,9 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
             } else {
                 env
             };
-            check_names(&self.registrations())?;
-            for (broker, regs) in &self.brokers {
-                let infos: Vec<_> = regs.iter().map(Registration::info).collect();
-                broker.validate(&infos)?;
+            self.validate()?;
+            for warning in self.warnings() {
+                tracing::warn!(app = self.info.name(), "{warning}");
             }
             let state = Arc::new((self.startup)().await?);
             let mut started: Vec<Box<dyn RunningBroker>> = Vec::new();
@@ -427,6 +468,29 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
                 }),
             })
         }
+    }
+}
+
+impl<S: Send + Sync + 'static, M: 'static> RustStream<S, M> {
+    /// The startup checks that need no server: `start` and `check` run them.
+    fn validate(&self) -> Result<(), Error> {
+        check_names(&self.registrations())?;
+        for (broker, regs) in &self.brokers {
+            let infos: Vec<_> = regs.iter().map(Registration::info).collect();
+            broker.validate(&infos)?;
+        }
+        Ok(())
+    }
+
+    /// What the brokers warn about: registrations they run but that may lose or loop messages.
+    fn warnings(&self) -> Vec<String> {
+        self.brokers
+            .iter()
+            .flat_map(|(broker, regs)| {
+                let infos: Vec<_> = regs.iter().map(Registration::info).collect();
+                broker.warnings(&infos)
+            })
+            .collect()
     }
 }
 
