@@ -200,6 +200,9 @@ impl Broker for NatsBroker {
                     })?;
             }
             check_streams(&*transport, &endpoints).await?;
+            let publisher = Arc::new(NatsPublisher::new(Arc::clone(&transport)));
+            publisher.learn().await;
+            log_outputs(&publisher, &endpoints);
 
             let mut opened: Vec<(Endpoint, Subscription)> = Vec::new();
             for endpoint in endpoints {
@@ -215,7 +218,6 @@ impl Broker for NatsBroker {
             }
 
             let copies = Arc::new(Copies::new(Arc::clone(&transport)));
-            let publisher = Arc::new(NatsPublisher::new(Arc::clone(&transport)));
             let (stop, signal) = watch::channel(None);
             let mut sources = Vec::with_capacity(opened.len());
             for (endpoint, (messages, unsubscribe)) in opened {
@@ -265,6 +267,41 @@ impl Broker for NatsBroker {
             });
             Ok(running)
         })
+    }
+}
+
+/// Says, for every registration, which of its outputs a stream stores (confirmed and
+/// deduplicated) and which are Core publishes; and warns when a Core retry copy goes to a
+/// subject a stream stores (the stream stores every copy as a new message).
+fn log_outputs(publisher: &NatsPublisher, endpoints: &[Endpoint]) {
+    for endpoint in endpoints {
+        let info = endpoint.info();
+        for subject in &info.publishes {
+            match publisher.stream_of(subject) {
+                Some(stream) => tracing::info!(
+                    registration = %info.name,
+                    output = subject,
+                    %stream,
+                    "output stored by stream `{stream}`: each publish waits for the stream's acknowledgement, and a redelivered input does not store it twice"
+                ),
+                None => tracing::info!(
+                    registration = %info.name,
+                    output = subject,
+                    "output stored by no stream: a Core publish, not confirmed"
+                ),
+            }
+        }
+        if info.descriptor.model == DeliveryModel::Core
+            && let Some(target) = info.copy_target()
+            && let Some(stream) = publisher.stream_of(target)
+        {
+            tracing::warn!(
+                registration = %info.name,
+                retry_to = target,
+                %stream,
+                "Core retry copies go to `{target}`, which stream `{stream}` stores: the stream keeps every copy as a new message, and every other subscriber sees it; set `.retry_to(\"a.subject.of.its.own\")` to keep copies apart (docs/at-most-once.md)"
+            );
+        }
     }
 }
 

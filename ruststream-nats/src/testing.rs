@@ -100,7 +100,9 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 pub use crate::transport::RawMessage;
-pub use crate::transport::in_process::{ConsumerFacts, InProcessNats, StoredMessage};
+pub use crate::transport::in_process::{
+    ConsumerFacts, InProcessNats, MAX_PAYLOAD, StoredMessage, StreamLimits,
+};
 use crate::transport::{StreamSpec, Transport, TransportOverride};
 
 /// How many yields in a row must see no change before [`TestApp::settle`] returns.

@@ -138,26 +138,41 @@ pub fn into_batch_outcome<T: IntoBatchOutcome>(ret: T) -> BatchOutcome {
     ret.into_batch_outcome()
 }
 
-/// Publishes a `reply` handler's value, then acknowledges; a failed publish retries instead.
+/// Publishes a `reply` handler's value to its `#[outgoing]` subject (confirmed when a stream
+/// stores it) and, when the delivery carries a reply inbox (a Core request), to the inbox as
+/// the response; then acknowledges. A failed publish retries instead.
 pub async fn reply<R: Outgoing>(
     ret: Result<R, HandlerOutcome>,
     outs: &Publisher<R>,
     ctx: &Context<'_>,
 ) -> Result<(), HandlerOutcome> {
+    let _ = outs;
     let value = ret?;
-    match outs.publish(ctx, &value).await {
-        Ok(()) => Ok(()),
-        Err(err) => {
-            tracing::error!(
-                registration = ctx.registration(),
-                subject = ctx.subject(),
-                reply_to = R::SUBJECT,
-                %err,
-                "the reply was not published; the delivery is not acknowledged and comes back as a retry"
-            );
-            Err(HandlerOutcome::retry())
-        }
+    let failed = |err: &crate::PublishError, to: &str| {
+        tracing::error!(
+            registration = ctx.registration(),
+            subject = ctx.subject(),
+            reply_to = to,
+            %err,
+            "the reply was not published; the delivery is not acknowledged and comes back as a retry"
+        );
+        HandlerOutcome::retry()
+    };
+    let payload = value.encode().map_err(|e| {
+        let err =
+            crate::PublishError::new(crate::PublishErrorKind::Encode, R::SUBJECT).with_source(e);
+        failed(&err, R::SUBJECT)
+    })?;
+    ctx.publish_raw(crate::OutboundMessage::new(R::SUBJECT, payload.clone()))
+        .await
+        .map_err(|err| failed(&err, R::SUBJECT))?;
+    if let Some(inbox) = ctx.delivery().reply() {
+        // The response to a Core request: a plain publish to the requester's inbox.
+        ctx.respond(crate::OutboundMessage::new(inbox, payload))
+            .await
+            .map_err(|err| failed(&err, inbox))?;
     }
+    Ok(())
 }
 
 /// A descriptor expression, checked where the user wrote it.

@@ -19,6 +19,7 @@ pub mod settle;
 pub use app::{App, AppInfo, Handling, Observer, RunningApp, RustStream, Scope};
 pub use broker::{Broker, Env, RunningBroker};
 pub use context::Context;
+pub use context::RESERVED_PREFIXES;
 pub use delivery::{Delivery, Extensions, Headers, OutboundMessage};
 pub use duration::{NonZeroDuration, ZeroDuration};
 pub use error::{AckError, BoxError, Error, ErrorKind, PublishError, PublishErrorKind};
@@ -28,7 +29,7 @@ pub use extract::{
 pub use handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs, Publisher};
 pub use outcome::HandlerOutcome;
 pub use outgoing::Outgoing;
-pub use publish::Publish;
+pub use publish::{CORRELATION_ID_HEADER, Origin, Publish};
 pub use registration::{Descriptor, Endpoint, Mount, Registration, WithHandler};
 
 pub use ruststream_macros::{FromRef, Outgoing, app, nonzero, subscriber};

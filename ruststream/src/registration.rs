@@ -258,7 +258,19 @@ impl<S: Send + Sync + 'static> Registration<S> {
                 let mut ctx = Context::new(delivery, state, publisher, name);
                 let run = handler.handle(&input, &outs, &mut ctx);
                 match std::panic::AssertUnwindSafe(run).catch_unwind().await {
-                    Ok(Ok(())) => Handled::Outcome(HandlerOutcome::Ack),
+                    Ok(Ok(())) => match ctx.unconfirmed() {
+                        // An output a stream did not confirm: the input must come back.
+                        Some(reason) => {
+                            tracing::error!(
+                                registration = name,
+                                subject = delivery.subject(),
+                                %reason,
+                                "an output stored by a stream was not confirmed; the delivery is not acknowledged and is treated as retry()"
+                            );
+                            Handled::Outcome(HandlerOutcome::retry())
+                        }
+                        None => Handled::Outcome(HandlerOutcome::Ack),
+                    },
                     Ok(Err(outcome)) => Handled::Outcome(outcome),
                     Err(panic) => Handled::Panicked(panic_message(panic.as_ref())),
                 }
