@@ -258,15 +258,34 @@ impl Broker for NatsBroker {
                 };
                 sources.push(tokio::spawn(source.run()));
             }
-            let running: Box<dyn RunningBroker> = Box::new(RunningNatsBroker {
-                transport,
-                copies,
-                stop,
-                sources,
-                drain_timeout: env.drain_timeout(),
+            let running: Box<dyn RunningBroker> = Box::new(WithPublisher {
+                running: Box::new(RunningNatsBroker {
+                    transport,
+                    copies,
+                    stop,
+                    sources,
+                    drain_timeout: env.drain_timeout(),
+                }),
+                publisher,
             });
             Ok(running)
         })
+    }
+}
+
+/// A running broker with the publisher `ruststream_nats::NatsClient` reaches it through.
+struct WithPublisher {
+    running: Box<dyn RunningBroker>,
+    publisher: Arc<NatsPublisher>,
+}
+
+impl RunningBroker for WithPublisher {
+    fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
+        self.running.stop()
+    }
+
+    fn publisher(&self) -> Option<Arc<dyn ruststream::Publish>> {
+        Some(Arc::clone(&self.publisher) as Arc<dyn ruststream::Publish>)
     }
 }
 

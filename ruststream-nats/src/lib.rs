@@ -22,7 +22,8 @@ pub use copies::RETRY_COUNT_HEADER;
 pub use descriptor::{CoreSubject, CoreWildcard, DeliverPolicy, JetStreamSubject};
 pub use jetstream_info::JetStreamInfo;
 pub use keys::{JetStream, StreamName, StreamSequence};
-pub use publish::{MSG_ID_HEADER, RELEARN_AFTER, output_message_id};
+pub use publish::{MSG_ID_HEADER, NatsClient, RELEARN_AFTER, StoredPublish, output_message_id};
+pub use transport::StoredAck;
 
 /// Every name a NATS service uses, in one glob: `use ruststream_nats::prelude::*;`.
 pub mod prelude {

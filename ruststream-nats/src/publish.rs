@@ -12,6 +12,7 @@
 //! redelivered input publishes the same ids, and the stream's duplicate window drops the second
 //! copies.
 
+use std::any::Any;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -64,19 +65,20 @@ impl StoredSubjects {
         }
     }
 
-    /// Whether the list is older than [`RELEARN_AFTER`]; if so, marks it learned now (one
-    /// caller relearns).
-    fn due(&self) -> bool {
+    /// Whether the list is older than [`RELEARN_AFTER`] (`Some(true)`) or was never learned
+    /// (`Some(false)`); if so, marks it learned now (one caller relearns).
+    fn due(&self) -> Option<bool> {
         let Ok(mut learned) = self.learned.lock() else {
-            return false;
+            return None;
         };
         let now = Instant::now();
-        match *learned {
-            Some(at) if now.duration_since(at) < RELEARN_AFTER => false,
-            _ => {
-                *learned = Some(now);
-                true
+        match learned.replace(now) {
+            Some(at) if now.duration_since(at) < RELEARN_AFTER => {
+                *learned = Some(at);
+                None
             }
+            Some(_) => Some(true),
+            None => Some(false),
         }
     }
 
@@ -105,6 +107,7 @@ impl NatsPublisher {
     /// Learns which subjects the streams store. Without an answer (JetStream disabled, say),
     /// every output stays a Core publish, as logged.
     pub(crate) async fn learn(&self) {
+        self.stored.due();
         learn(&*self.transport, &self.stored).await;
     }
 
@@ -113,12 +116,17 @@ impl NatsPublisher {
         self.stored.stream_of(subject)
     }
 
-    /// Relearns the streams in the background when the list is old.
-    fn relearn_if_due(&self) {
-        if self.stored.due() {
-            let transport = Arc::clone(&self.transport);
-            let stored = Arc::clone(&self.stored);
-            tokio::spawn(async move { learn(&*transport, &stored).await });
+    /// Learns the streams when never learned; relearns them in the background when the list
+    /// is old.
+    async fn relearn_if_due(&self) {
+        match self.stored.due() {
+            Some(false) => learn(&*self.transport, &self.stored).await,
+            Some(true) => {
+                let transport = Arc::clone(&self.transport);
+                let stored = Arc::clone(&self.stored);
+                tokio::spawn(async move { learn(&*transport, &stored).await });
+            }
+            None => {}
         }
     }
 
@@ -137,7 +145,7 @@ impl NatsPublisher {
                 ),
             );
         }
-        self.relearn_if_due();
+        self.relearn_if_due().await;
         if let Some(stream) = self.stored.stream_of(&subject) {
             if let Some(id) = msg_id
                 && message.headers.get(MSG_ID_HEADER).is_none()
@@ -183,6 +191,54 @@ impl NatsPublisher {
             .await
             .map_err(|err| broker_error(&subject, err))?;
         Ok(None)
+    }
+
+    /// A JetStream publish whatever the list of streams says: the stream's acknowledgement,
+    /// or an error naming the stream and what it refused.
+    pub(crate) async fn send_stored(
+        &self,
+        message: OutboundMessage,
+    ) -> Result<StoredAck, PublishError> {
+        let subject = Arc::clone(&message.subject);
+        if let Some(problem) = subject_problem(&subject, false) {
+            return Err(
+                PublishError::new(PublishErrorKind::InvalidSubject, &*subject).with_source(
+                    format!("`{subject}` is not a subject to publish to: {problem}"),
+                ),
+            );
+        }
+        self.relearn_if_due().await;
+        let expectations: Vec<String> = message
+            .headers
+            .iter()
+            .filter(|(name, _)| name.starts_with("Nats-Expected-"))
+            .map(|(name, value)| format!("{name}: {value}"))
+            .collect();
+        self.transport
+            .publish_confirmed(Arc::clone(&subject), message.headers, message.payload)
+            .await
+            .map_err(|err| {
+                if err.kind == TransportErrorKind::NoStream {
+                    return PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(
+                        format!("no stream stores `{subject}`: create one whose subjects match it"),
+                    );
+                }
+                let stream = self
+                    .stored
+                    .stream_of(&subject)
+                    .unwrap_or_else(|| "(unknown)".to_owned());
+                let error = not_stored(&subject, &stream, &err);
+                if expectations.is_empty() || err.kind != TransportErrorKind::Refused {
+                    return error;
+                }
+                PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(format!(
+                    "{} (the publish expected {})",
+                    std::error::Error::source(&error)
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                    expectations.join(", ")
+                ))
+            })
     }
 
     /// A Core request.
@@ -272,5 +328,215 @@ impl Publish for NatsPublisher {
         timeout: Duration,
     ) -> BoxFuture<'_, Result<Bytes, PublishError>> {
         Box::pin(self.ask(message, timeout))
+    }
+
+    fn as_any(&self) -> Option<&(dyn Any + Send + Sync)> {
+        Some(self)
+    }
+}
+
+/// Publishing and requests on a running app's NATS connection, inside a handler or outside one
+/// (from `main`, a startup hook, a test).
+///
+/// - [`publish`](Self::publish) / [`publish_to`](Self::publish_to): a Core publish, or a
+///   JetStream publish confirmed by its stream when a stream stores the subject (as a
+///   handler's outputs are);
+/// - [`stored`](Self::stored): a JetStream publish that returns the stream's acknowledgement,
+///   with a message id, `Nats-Expected-*` checks and headers;
+/// - [`request`](Self::request): a Core request with a typed response.
+///
+/// Get one with [`NatsClient::of`] from a [`RunningApp`](ruststream::RunningApp), with
+/// [`NatsClient::from_context`] in a handler, or from `TestApp::client()`.
+#[derive(Clone)]
+pub struct NatsClient {
+    publisher: NatsPublisher,
+}
+
+impl std::fmt::Debug for NatsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsClient").finish_non_exhaustive()
+    }
+}
+
+impl NatsClient {
+    pub(crate) fn new(publisher: NatsPublisher) -> Self {
+        Self { publisher }
+    }
+
+    /// The client of a running app's (first) NATS broker; `None` when it has none.
+    pub fn of(running: &ruststream::RunningApp) -> Option<Self> {
+        let publisher = running.publisher()?;
+        let nats = publisher.as_any()?.downcast_ref::<NatsPublisher>()?;
+        Some(Self::new(nats.clone()))
+    }
+
+    /// The client of the broker handling `ctx`'s delivery; `None` when it is not NATS.
+    pub fn from_context(ctx: &ruststream::Context<'_>) -> Option<Self> {
+        let nats = ctx.publisher().as_any()?.downcast_ref::<NatsPublisher>()?;
+        Some(Self::new(nats.clone()))
+    }
+
+    /// Publishes an [`Outgoing`](ruststream::Outgoing) value to its subject, confirmed by its
+    /// stream when one stores the subject.
+    ///
+    /// # Errors
+    ///
+    /// `Encode`, `InvalidSubject`, `NotStored` (the stream refused it or did not answer),
+    /// `Broker`.
+    pub async fn publish<T: ruststream::Outgoing>(&self, value: &T) -> Result<(), PublishError> {
+        let payload = value
+            .encode()
+            .map_err(|e| PublishError::new(PublishErrorKind::Encode, T::SUBJECT).with_source(e))?;
+        self.publisher
+            .send(OutboundMessage::new(T::SUBJECT, payload), None)
+            .await
+            .map(drop)
+    }
+
+    /// Publishes `value` as JSON to `subject`, confirmed by its stream when one stores it.
+    /// Subjects under `$JS.API.`, `$SYS.` and `_INBOX.` are refused, as by
+    /// [`Context::publish_to`](ruststream::Context::publish_to).
+    ///
+    /// # Errors
+    ///
+    /// As [`publish`](Self::publish), and `Reserved`.
+    pub async fn publish_to<T: serde::Serialize + ?Sized>(
+        &self,
+        subject: &str,
+        value: &T,
+    ) -> Result<(), PublishError> {
+        refuse_reserved(subject)?;
+        let payload = encode(subject, value)?;
+        self.publisher
+            .send(OutboundMessage::new(subject, payload), None)
+            .await
+            .map(drop)
+    }
+
+    /// A JetStream publish of `value` (JSON) to `subject`, to set up and [`send`](StoredPublish::send).
+    pub fn stored<T: serde::Serialize + ?Sized>(&self, subject: &str, value: &T) -> StoredPublish {
+        StoredPublish {
+            publisher: self.publisher.clone(),
+            message: encode(subject, value).map(|payload| OutboundMessage::new(subject, payload)),
+        }
+    }
+
+    /// Sends `value` (JSON) as a Core request to `subject` and decodes the response as `R`.
+    ///
+    /// # Errors
+    ///
+    /// `NoResponders` at once when nobody listens on `subject`, `Timeout` when no response
+    /// came within `timeout`, `Decode` when the response is not an `R`, `Reserved` for a
+    /// reserved subject.
+    pub async fn request<T: serde::Serialize + ?Sized, R: serde::de::DeserializeOwned>(
+        &self,
+        subject: &str,
+        value: &T,
+        timeout: Duration,
+    ) -> Result<R, PublishError> {
+        refuse_reserved(subject)?;
+        let payload = encode(subject, value)?;
+        let response = self
+            .publisher
+            .ask(OutboundMessage::new(subject, payload), timeout)
+            .await?;
+        serde_json::from_slice(&response).map_err(|e| {
+            PublishError::new(PublishErrorKind::Decode, subject).with_source(format!(
+                "the response to the request on `{subject}` is not a `{}`: {e}",
+                std::any::type_name::<R>()
+            ))
+        })
+    }
+}
+
+fn encode<T: serde::Serialize + ?Sized>(subject: &str, value: &T) -> Result<Bytes, PublishError> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|e| PublishError::new(PublishErrorKind::Encode, subject).with_source(e))
+}
+
+fn refuse_reserved(subject: &str) -> Result<(), PublishError> {
+    match ruststream::RESERVED_PREFIXES
+        .into_iter()
+        .find(|prefix| subject.starts_with(prefix))
+    {
+        Some(prefix) => Err(
+            PublishError::new(PublishErrorKind::Reserved, subject).with_source(format!(
+                "`{subject}` is under the reserved prefix `{prefix}`, which is refused here"
+            )),
+        ),
+        None => Ok(()),
+    }
+}
+
+/// A JetStream publish being set up: [`NatsClient::stored`], then the options, then
+/// [`send`](Self::send).
+#[must_use = "nothing is published until `send().await`"]
+pub struct StoredPublish {
+    publisher: NatsPublisher,
+    message: Result<OutboundMessage, PublishError>,
+}
+
+impl std::fmt::Debug for StoredPublish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredPublish")
+            .field("message", &self.message.as_ref().ok())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoredPublish {
+    fn header(mut self, name: &str, value: String) -> Self {
+        if let Ok(message) = &mut self.message {
+            message.headers.insert(name, value);
+        }
+        self
+    }
+
+    /// The message id the stream deduplicates on (`Nats-Msg-Id`): a second message with the
+    /// same id within the stream's duplicate window is acknowledged as a duplicate and not
+    /// stored.
+    pub fn message_id(self, id: impl Into<String>) -> Self {
+        self.header(MSG_ID_HEADER, id.into())
+    }
+
+    /// Refused unless the subject is stored by stream `stream` (`Nats-Expected-Stream`).
+    pub fn expected_stream(self, stream: impl Into<String>) -> Self {
+        self.header("Nats-Expected-Stream", stream.into())
+    }
+
+    /// Refused unless the stream's last sequence is `sequence` (`Nats-Expected-Last-Sequence`).
+    pub fn expected_last_sequence(self, sequence: u64) -> Self {
+        self.header("Nats-Expected-Last-Sequence", sequence.to_string())
+    }
+
+    /// Refused unless the last message on this subject has sequence `sequence` (0: none)
+    /// (`Nats-Expected-Last-Subject-Sequence`).
+    pub fn expected_last_subject_sequence(self, sequence: u64) -> Self {
+        self.header("Nats-Expected-Last-Subject-Sequence", sequence.to_string())
+    }
+
+    /// Refused unless the stream's last message has id `id` (`Nats-Expected-Last-Msg-Id`).
+    pub fn expected_last_message_id(self, id: impl Into<String>) -> Self {
+        self.header("Nats-Expected-Last-Msg-Id", id.into())
+    }
+
+    /// Adds header `name: value`.
+    pub fn with_header(mut self, name: impl Into<Arc<str>>, value: impl Into<Arc<str>>) -> Self {
+        if let Ok(message) = &mut self.message {
+            message.headers.append(name, value);
+        }
+        self
+    }
+
+    /// Publishes and waits for the stream's acknowledgement.
+    ///
+    /// # Errors
+    ///
+    /// `Encode` when the value did not encode, `InvalidSubject`, `NotStored` when no stream
+    /// stores the subject, or the stream refused the message (naming the stream, its reason,
+    /// and the expectations the publish set) or did not answer in time.
+    pub async fn send(self) -> Result<StoredAck, PublishError> {
+        self.publisher.send_stored(self.message?).await
     }
 }

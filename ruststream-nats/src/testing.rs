@@ -336,6 +336,31 @@ impl TestApp {
         self.publish_raw(subject, Headers::new(), payload).await
     }
 
+    /// A client of the emulated server, as `NatsClient::of(&running)` gives in production:
+    /// confirmed and JetStream publishes, requests.
+    pub fn client(&self) -> crate::NatsClient {
+        crate::NatsClient::new(crate::publish::NatsPublisher::new(Arc::new(
+            self.nats.clone(),
+        )))
+    }
+
+    /// Sends `value` as a Core request to `subject`, as a client would, and decodes the
+    /// response as `R`. The app answers while this waits (no [`settle`](Self::settle) needed).
+    ///
+    /// # Errors
+    ///
+    /// `NoResponders` at once when nobody listens on `subject`, `Timeout` when no response
+    /// came within `timeout` (on tokio's clock: under a paused clock it passes as soon as
+    /// nothing else can run), `Decode` when the response is not an `R`.
+    pub async fn request<T: Serialize + ?Sized, R: DeserializeOwned>(
+        &self,
+        subject: &str,
+        value: &T,
+        timeout: Duration,
+    ) -> Result<R, PublishError> {
+        self.client().request(subject, value, timeout).await
+    }
+
     /// Publishes `payload` as it is, with `headers`: for payloads that do not decode, and for
     /// custom headers.
     ///

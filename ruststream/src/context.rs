@@ -102,6 +102,11 @@ impl<'a> Context<'a> {
         self.state.downcast_ref()
     }
 
+    /// The broker's publisher, for its crate's own publishing API.
+    pub fn publisher(&self) -> &'a dyn Publish {
+        self.publisher
+    }
+
     /// The value of a context key, as `Ctx<K>` gives it.
     pub fn get<K: crate::Key>(&self) -> Result<K::Value, Rejection> {
         K::get(self)

@@ -1,5 +1,6 @@
 //! The one thing every broker offers the runtime besides deliveries: publishing.
 
+use std::any::Any;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -46,6 +47,13 @@ pub trait Publish: Send + Sync {
     ) -> BoxFuture<'a, Result<(), PublishError>> {
         let _ = origin;
         self.publish(message)
+    }
+
+    /// The publisher as `Any`, for its broker crate to reach its own API (a NATS JetStream
+    /// publish with expectations, say) from a handler's [`Context`](crate::Context) or a
+    /// [`RunningApp`](crate::RunningApp). `None` by default.
+    fn as_any(&self) -> Option<&(dyn Any + Send + Sync)> {
+        None
     }
 
     /// Sends `message` as a request and waits up to `timeout` for one response, whose payload
