@@ -200,6 +200,9 @@ impl Transport for NatsTransport {
                     async_nats::client::PublishErrorKind::InvalidSubject => {
                         TransportErrorKind::Invalid
                     }
+                    async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
+                        TransportErrorKind::Refused
+                    }
                     _ => TransportErrorKind::Other,
                 };
                 TransportError::new(kind, format!("publishing to `{subject}` failed: {err}"))

@@ -159,6 +159,14 @@ impl StreamLimits {
         }
     }
 
+    /// At most `max` messages; a new one makes room by dropping the oldest (`discard: old`).
+    pub fn drop_oldest_past(max: u64) -> Self {
+        Self {
+            max_msgs: Some(max),
+            ..Self::default()
+        }
+    }
+
     /// The same limits with a duplicate window of `window`.
     pub fn with_duplicate_window(mut self, window: std::time::Duration) -> Self {
         self.duplicate_window = window;
