@@ -204,7 +204,9 @@ async fn a_full_stream_with_discard_new_refuses_and_core_subscribers_still_get_i
 }
 
 async fn a_full_stream_with_discard_old_drops_its_oldest(server: &Server) {
-    server.stream("OUT", &["out.>"], StreamLimits::drop_oldest_past(2)).await;
+    server
+        .stream("OUT", &["out.>"], StreamLimits::drop_oldest_past(2))
+        .await;
     for payload in ["1", "2", "3"] {
         server
             .confirmed("out.a", None, payload)

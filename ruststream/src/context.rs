@@ -126,6 +126,21 @@ impl<'a> Context<'a> {
             .await
     }
 
+    /// Publishes an [`Outgoing`] message to its subject with `headers` (added to the
+    /// correlation id the runtime carries over), confirmed like [`Context::publish`].
+    pub async fn publish_with<T: Outgoing>(
+        &self,
+        value: &T,
+        headers: Headers,
+    ) -> Result<(), PublishError> {
+        let payload = value
+            .encode()
+            .map_err(|e| PublishError::new(PublishErrorKind::Encode, T::SUBJECT).with_source(e))?;
+        let mut message = OutboundMessage::new(T::SUBJECT, payload);
+        message.headers = headers;
+        self.publish_raw(message).await
+    }
+
     /// Publishes any serializable value, as JSON, to `subject`, for one-off destinations.
     ///
     /// The subject is checked before anything is sent. Subjects under `$JS.API.`, `$SYS.` and

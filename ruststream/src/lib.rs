@@ -10,6 +10,7 @@ mod duration;
 mod error;
 mod extract;
 mod handler;
+mod header;
 mod outcome;
 mod outgoing;
 mod publish;
@@ -27,6 +28,7 @@ pub use extract::{
     Attempt, Ctx, Delivered, FromContext, FromRef, Key, MessageHeaders, Rejection, State, Subject,
 };
 pub use handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs, Publisher};
+pub use header::{CorrelationId, Header, TypedHeader};
 pub use outcome::HandlerOutcome;
 pub use outgoing::Outgoing;
 pub use publish::{CORRELATION_ID_HEADER, Origin, Publish};
@@ -42,6 +44,7 @@ pub mod prelude {
         Handle, HandleBatch, HandlerOutcome, NonZeroDuration, Outgoing, Publisher, RustStream,
         State, Subject, nonzero, subscriber,
     };
+    pub use crate::{CorrelationId, Header, TypedHeader};
 }
 
 /// What the macros expand to. Not a public API: it may change in any release.
