@@ -296,7 +296,13 @@ fn log_outputs(publisher: &NatsPublisher, endpoints: &[Endpoint]) {
     for endpoint in endpoints {
         let info = endpoint.info();
         for subject in &info.publishes {
-            match publisher.stream_of(subject) {
+            // A template (`orders.{tenant}.placed`): any value of each placeholder.
+            let any: String = subject
+                .split('.')
+                .map(|t| if t.starts_with('{') { "any" } else { t })
+                .collect::<Vec<_>>()
+                .join(".");
+            match publisher.stream_of(&any) {
                 Some(stream) => tracing::info!(
                     registration = %info.name,
                     output = subject,

@@ -384,11 +384,12 @@ impl NatsClient {
     /// `Encode`, `InvalidSubject`, `NotStored` (the stream refused it or did not answer),
     /// `Broker`.
     pub async fn publish<T: ruststream::Outgoing>(&self, value: &T) -> Result<(), PublishError> {
+        let subject = value.subject()?;
         let payload = value
             .encode()
-            .map_err(|e| PublishError::new(PublishErrorKind::Encode, T::SUBJECT).with_source(e))?;
+            .map_err(|e| PublishError::new(PublishErrorKind::Encode, &*subject).with_source(e))?;
         self.publisher
-            .send(OutboundMessage::new(T::SUBJECT, payload), None)
+            .send(OutboundMessage::new(&*subject, payload), None)
             .await
             .map(drop)
     }

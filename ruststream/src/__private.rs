@@ -158,14 +158,15 @@ pub async fn reply<R: Outgoing>(
         );
         HandlerOutcome::retry()
     };
+    let subject = value.subject().map_err(|err| failed(&err, R::SUBJECT))?;
     let payload = value.encode().map_err(|e| {
         let err =
-            crate::PublishError::new(crate::PublishErrorKind::Encode, R::SUBJECT).with_source(e);
-        failed(&err, R::SUBJECT)
+            crate::PublishError::new(crate::PublishErrorKind::Encode, &*subject).with_source(e);
+        failed(&err, &subject)
     })?;
-    ctx.publish_raw(crate::OutboundMessage::new(R::SUBJECT, payload.clone()))
+    ctx.publish_raw(crate::OutboundMessage::new(&*subject, payload.clone()))
         .await
-        .map_err(|err| failed(&err, R::SUBJECT))?;
+        .map_err(|err| failed(&err, &subject))?;
     if let Some(inbox) = ctx.delivery().reply() {
         // The response to a Core request: a plain publish to the requester's inbox.
         ctx.respond(crate::OutboundMessage::new(inbox, payload))
@@ -173,6 +174,54 @@ pub async fn reply<R: Outgoing>(
             .map_err(|err| failed(&err, inbox))?;
     }
     Ok(())
+}
+
+/// Fills the placeholders of a subject template (`orders.{tenant}.placed`) with `values`, in
+/// order; refuses a value that cannot be one token of a subject.
+pub fn fill_subject(
+    template: &'static str,
+    values: &[(&str, &dyn std::fmt::Display)],
+) -> Result<String, crate::PublishError> {
+    let mut values = values.iter();
+    let mut tokens = Vec::new();
+    for token in template.split('.') {
+        if !(token.starts_with('{') && token.ends_with('}')) {
+            tokens.push(token.to_owned());
+            continue;
+        }
+        let Some((field, value)) = values.next() else {
+            return Err(crate::PublishError::new(
+                crate::PublishErrorKind::InvalidSubject,
+                template,
+            )
+            .with_source(format!(
+                "the template `{template}` has more placeholders than values"
+            )));
+        };
+        let value = value.to_string();
+        let problem = if value.is_empty() {
+            Some("it is empty")
+        } else if value.contains('.') {
+            Some("it holds a `.`, which would add tokens")
+        } else if value.contains(['*', '>']) {
+            Some("it holds a wildcard (`*` or `>`)")
+        } else if value.chars().any(char::is_whitespace) {
+            Some("it holds white space")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(crate::PublishError::new(
+                crate::PublishErrorKind::InvalidSubject,
+                template,
+            )
+            .with_source(format!(
+                "field `{field}` is `{value}`, which cannot fill a token of `{template}`: {problem}; nothing was published"
+            )));
+        }
+        tokens.push(value);
+    }
+    Ok(tokens.join("."))
 }
 
 /// A descriptor expression, checked where the user wrote it.

@@ -119,10 +119,11 @@ impl<'a> Context<'a> {
     /// [`PublishErrorKind::NotStored`], and the delivery is then not acknowledged even if the
     /// handler returns `Ok` (it comes back as a `retry()`). See `docs/publishing.md`.
     pub async fn publish<T: Outgoing>(&self, value: &T) -> Result<(), PublishError> {
+        let subject = value.subject()?;
         let payload = value
             .encode()
-            .map_err(|e| PublishError::new(PublishErrorKind::Encode, T::SUBJECT).with_source(e))?;
-        self.publish_raw(OutboundMessage::new(T::SUBJECT, payload))
+            .map_err(|e| PublishError::new(PublishErrorKind::Encode, &*subject).with_source(e))?;
+        self.publish_raw(OutboundMessage::new(&*subject, payload))
             .await
     }
 
@@ -133,10 +134,11 @@ impl<'a> Context<'a> {
         value: &T,
         headers: Headers,
     ) -> Result<(), PublishError> {
+        let subject = value.subject()?;
         let payload = value
             .encode()
-            .map_err(|e| PublishError::new(PublishErrorKind::Encode, T::SUBJECT).with_source(e))?;
-        let mut message = OutboundMessage::new(T::SUBJECT, payload);
+            .map_err(|e| PublishError::new(PublishErrorKind::Encode, &*subject).with_source(e))?;
+        let mut message = OutboundMessage::new(&*subject, payload);
         message.headers = headers;
         self.publish_raw(message).await
     }

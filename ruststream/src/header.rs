@@ -88,6 +88,8 @@ fn parse<T: TypedHeader>(ctx: &Context<'_>) -> Result<Option<T>, Rejection> {
     })
 }
 
+// Not listed among the extractors a failed bound suggests (the list stays short).
+#[diagnostic::do_not_recommend]
 impl<T: TypedHeader, S> FromContext<S> for Header<T> {
     fn from_context(ctx: &Context<'_>, _state: &S) -> Result<Self, Rejection> {
         parse::<T>(ctx)?.map(Header).ok_or_else(|| {
@@ -102,6 +104,8 @@ impl<T: TypedHeader, S> FromContext<S> for Header<T> {
     }
 }
 
+// Not listed among the extractors a failed bound suggests (the list stays short).
+#[diagnostic::do_not_recommend]
 impl<T: TypedHeader, S> FromContext<S> for Option<Header<T>> {
     fn from_context(ctx: &Context<'_>, _state: &S) -> Result<Self, Rejection> {
         Ok(parse::<T>(ctx)?.map(Header))
@@ -109,6 +113,8 @@ impl<T: TypedHeader, S> FromContext<S> for Option<Header<T>> {
 }
 
 /// Every header, as it arrived.
+// Not listed among the extractors a failed bound suggests (the list stays short).
+#[diagnostic::do_not_recommend]
 impl<S> FromContext<S> for Headers {
     fn from_context(ctx: &Context<'_>, _state: &S) -> Result<Self, Rejection> {
         Ok(ctx.headers().clone())
