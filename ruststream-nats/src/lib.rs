@@ -56,4 +56,9 @@ pub mod guides {
     #[cfg(feature = "testing")]
     #[doc = include_str!("../../docs/testing.md")]
     pub mod testing {}
+    #[doc = include_str!("../../docs/publishing.md")]
+    pub mod publishing {}
+    #[cfg(feature = "testing")]
+    #[doc = include_str!("../../docs/request-reply.md")]
+    pub mod request_reply {}
 }
