@@ -45,23 +45,27 @@ pub fn output_message_id(origin: &Origin<'_>) -> Option<String> {
 /// Which subjects the streams store, as last learned.
 #[derive(Debug, Default)]
 pub(crate) struct StoredSubjects {
-    streams: RwLock<Vec<StreamSpec>>,
+    /// Each stream's name and the subjects it stores.
+    streams: RwLock<Vec<(Arc<str>, Vec<String>)>>,
     learned: Mutex<Option<Instant>>,
 }
 
 impl StoredSubjects {
     /// The stream storing `subject`, if any.
-    pub(crate) fn stream_of(&self, subject: &str) -> Option<String> {
+    pub(crate) fn stream_of(&self, subject: &str) -> Option<Arc<str>> {
         let streams = self.streams.read().ok()?;
         streams
             .iter()
-            .find(|s| s.subjects.iter().any(|p| matches(p, subject)))
-            .map(|s| s.name.clone())
+            .find(|(_, subjects)| subjects.iter().any(|p| matches(p, subject)))
+            .map(|(name, _)| Arc::clone(name))
     }
 
     fn set(&self, streams: Vec<StreamSpec>) {
         if let Ok(mut current) = self.streams.write() {
-            *current = streams;
+            *current = streams
+                .into_iter()
+                .map(|s| (Arc::from(s.name), s.subjects))
+                .collect();
         }
     }
 
@@ -112,7 +116,7 @@ impl NatsPublisher {
     }
 
     /// The stream storing `subject`, as last learned.
-    pub(crate) fn stream_of(&self, subject: &str) -> Option<String> {
+    pub(crate) fn stream_of(&self, subject: &str) -> Option<Arc<str>> {
         self.stored.stream_of(subject)
     }
 
@@ -130,12 +134,12 @@ impl NatsPublisher {
         }
     }
 
-    /// Publishes `message`: confirmed by its stream when one stores the subject (with
-    /// `msg_id` when given), else a Core publish.
+    /// Publishes `message`: confirmed by its stream when one stores the subject (with the
+    /// message id derived from `origin`, when given), else a Core publish.
     pub(crate) async fn send(
         &self,
         mut message: OutboundMessage,
-        msg_id: Option<String>,
+        origin: Option<Origin<'_>>,
     ) -> Result<Option<StoredAck>, PublishError> {
         let subject = Arc::clone(&message.subject);
         if let Some(problem) = subject_problem(&subject, false) {
@@ -147,8 +151,8 @@ impl NatsPublisher {
         }
         self.relearn_if_due().await;
         if let Some(stream) = self.stored.stream_of(&subject) {
-            if let Some(id) = msg_id
-                && message.headers.get(MSG_ID_HEADER).is_none()
+            if message.headers.get(MSG_ID_HEADER).is_none()
+                && let Some(id) = origin.as_ref().and_then(output_message_id)
             {
                 message.headers.insert(MSG_ID_HEADER, id);
             }
@@ -226,7 +230,7 @@ impl NatsPublisher {
                 let stream = self
                     .stored
                     .stream_of(&subject)
-                    .unwrap_or_else(|| "(unknown)".to_owned());
+                    .unwrap_or_else(|| Arc::from("(unknown)"));
                 let error = not_stored(&subject, &stream, &err);
                 if expectations.is_empty() || err.kind != TransportErrorKind::Refused {
                     return error;
@@ -318,8 +322,7 @@ impl Publish for NatsPublisher {
         message: OutboundMessage,
         origin: Origin<'a>,
     ) -> BoxFuture<'a, Result<(), PublishError>> {
-        let msg_id = output_message_id(&origin);
-        Box::pin(async move { self.send(message, msg_id).await.map(drop) })
+        Box::pin(async move { self.send(message, Some(origin)).await.map(drop) })
     }
 
     fn request(
@@ -332,6 +335,10 @@ impl Publish for NatsPublisher {
 
     fn as_any(&self) -> Option<&(dyn Any + Send + Sync)> {
         Some(self)
+    }
+
+    fn confirms(&self, subject: &str) -> bool {
+        self.stored.stream_of(subject).is_some()
     }
 }
 

@@ -164,14 +164,31 @@ pub async fn reply<R: Outgoing>(
             crate::PublishError::new(crate::PublishErrorKind::Encode, &*subject).with_source(e);
         failed(&err, &subject)
     })?;
-    ctx.publish_raw(crate::OutboundMessage::new(&*subject, payload.clone()))
-        .await
-        .map_err(|err| failed(&err, &subject))?;
-    if let Some(inbox) = ctx.delivery().reply() {
-        // The response to a Core request: a plain publish to the requester's inbox.
-        ctx.respond(crate::OutboundMessage::new(inbox, payload))
+    let output = crate::OutboundMessage::new(&*subject, payload.clone());
+    let Some(inbox) = ctx.delivery().reply() else {
+        ctx.publish_raw(output)
+            .await
+            .map_err(|err| failed(&err, &subject))?;
+        return Ok(());
+    };
+    // The response to a Core request: a plain publish to the requester's inbox. After the
+    // output when a stream must confirm it (a refused output sends no response); first
+    // otherwise, since nothing can refuse a Core publish.
+    let response = crate::OutboundMessage::new(inbox, payload);
+    if ctx.publisher().confirms(&subject) {
+        ctx.publish_raw(output)
+            .await
+            .map_err(|err| failed(&err, &subject))?;
+        ctx.respond(response)
             .await
             .map_err(|err| failed(&err, inbox))?;
+    } else {
+        ctx.respond(response)
+            .await
+            .map_err(|err| failed(&err, inbox))?;
+        ctx.publish_raw(output)
+            .await
+            .map_err(|err| failed(&err, &subject))?;
     }
     Ok(())
 }

@@ -49,6 +49,15 @@ pub trait Publish: Send + Sync {
         self.publish(message)
     }
 
+    /// Whether a publish to `subject` waits for a confirmation (a stream stores it, as last
+    /// learned). A `reply` handler answering a request sends the response first when the
+    /// output is not confirmed (nothing can refuse it), and after the confirmed output
+    /// otherwise. `false` by default.
+    fn confirms(&self, subject: &str) -> bool {
+        let _ = subject;
+        false
+    }
+
     /// The publisher as `Any`, for its broker crate to reach its own API (a NATS JetStream
     /// publish with expectations, say) from a handler's [`Context`](crate::Context) or a
     /// [`RunningApp`](crate::RunningApp). `None` by default.
