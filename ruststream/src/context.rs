@@ -28,9 +28,30 @@ pub struct Context<'a> {
     publisher: &'a dyn Publish,
     registration: &'a str,
     /// How many outputs this handling published (the next one's index).
-    outputs: AtomicU32,
+    outputs: Outputs,
     /// The first output a stream did not confirm, and why.
     unconfirmed: Mutex<Option<String>>,
+}
+
+/// The count of a handling's outputs: its own, or (for a message of a batch) shared by every
+/// context the batch hands out for that message.
+enum Outputs {
+    Own(AtomicU32),
+    Shared(std::sync::Arc<[AtomicU32]>, usize),
+}
+
+impl Outputs {
+    /// The next output's index.
+    fn next(&self) -> u32 {
+        let counter = match self {
+            Self::Own(counter) => counter,
+            Self::Shared(counters, index) => match counters.get(*index) {
+                Some(counter) => counter,
+                None => return 0,
+            },
+        };
+        counter.fetch_add(1, Ordering::Relaxed)
+    }
 }
 
 /// The subject prefixes `publish_to` refuses unless the call opts in
@@ -57,9 +78,24 @@ impl<'a> Context<'a> {
             state,
             publisher,
             registration,
-            outputs: AtomicU32::new(0),
+            outputs: Outputs::Own(AtomicU32::new(0)),
             unconfirmed: Mutex::new(None),
         }
+    }
+
+    /// A context for message `index` of a batch, counting its outputs in `counters[index]`,
+    /// shared by every context of that message.
+    pub(crate) fn for_batch(
+        delivery: &'a Delivery,
+        state: &'a (dyn Any + Send + Sync),
+        publisher: &'a dyn Publish,
+        registration: &'a str,
+        counters: std::sync::Arc<[AtomicU32]>,
+        index: usize,
+    ) -> Self {
+        let mut ctx = Self::new(delivery, state, publisher, registration);
+        ctx.outputs = Outputs::Shared(counters, index);
+        ctx
     }
 
     /// The delivery, as it arrived.
@@ -183,7 +219,7 @@ impl<'a> Context<'a> {
         let origin = Origin {
             delivery: self.delivery,
             registration: self.registration,
-            output: self.outputs.fetch_add(1, Ordering::Relaxed),
+            output: self.outputs.next(),
         };
         let result = self.publisher.publish_output(message, origin).await;
         if let Err(err) = &result
