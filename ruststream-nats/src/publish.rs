@@ -464,10 +464,7 @@ fn encode<T: serde::Serialize + ?Sized>(subject: &str, value: &T) -> Result<Byte
 }
 
 fn refuse_reserved(subject: &str) -> Result<(), PublishError> {
-    match ruststream::RESERVED_PREFIXES
-        .into_iter()
-        .find(|prefix| subject.starts_with(prefix))
-    {
+    match ruststream::reserved_prefix(subject) {
         Some(prefix) => Err(
             PublishError::new(PublishErrorKind::Reserved, subject).with_source(format!(
                 "`{subject}` is under the reserved prefix `{prefix}`, which is refused here"

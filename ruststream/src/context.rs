@@ -58,8 +58,9 @@ impl Outputs {
 /// ([`Context::publish_to_reserved`]): the JetStream API, the system account, reply inboxes.
 pub const RESERVED_PREFIXES: [&str; 3] = ["$JS.API.", "$SYS.", "_INBOX."];
 
-/// Whether `subject` starts with a reserved prefix (or is one without its dot).
-fn reserved(subject: &str) -> Option<&'static str> {
+/// The reserved prefix `subject` is under (or is, without its dot), if any: what `publish_to`
+/// and requests refuse.
+pub fn reserved_prefix(subject: &str) -> Option<&'static str> {
     RESERVED_PREFIXES
         .into_iter()
         .find(|prefix| subject.starts_with(prefix) || subject == &prefix[..prefix.len() - 1])
@@ -190,7 +191,7 @@ impl<'a> Context<'a> {
         subject: &str,
         value: &T,
     ) -> Result<(), PublishError> {
-        if let Some(prefix) = reserved(subject) {
+        if let Some(prefix) = reserved_prefix(subject) {
             return Err(PublishError::new(PublishErrorKind::Reserved, subject).with_source(format!(
                 "`{subject}` is under the reserved prefix `{prefix}`, which `publish_to` refuses; call `publish_to_reserved` if the subject is meant"
             )));
@@ -243,7 +244,7 @@ impl<'a> Context<'a> {
         value: &T,
         timeout: Duration,
     ) -> Result<R, PublishError> {
-        if let Some(prefix) = reserved(subject) {
+        if let Some(prefix) = reserved_prefix(subject) {
             return Err(
                 PublishError::new(PublishErrorKind::Reserved, subject).with_source(format!(
                     "`{subject}` is under the reserved prefix `{prefix}`, which a request refuses"

@@ -20,7 +20,7 @@ pub mod settle;
 pub use app::{App, AppInfo, Handling, Observer, RunningApp, RustStream, Scope};
 pub use broker::{Broker, Env, RunningBroker};
 pub use context::Context;
-pub use context::RESERVED_PREFIXES;
+pub use context::{RESERVED_PREFIXES, reserved_prefix};
 pub use delivery::{Delivery, Extensions, Headers, OutboundMessage};
 pub use duration::{NonZeroDuration, ZeroDuration};
 pub use error::{AckError, BoxError, Error, ErrorKind, PublishError, PublishErrorKind};
