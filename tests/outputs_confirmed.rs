@@ -169,9 +169,9 @@ impl Server {
     async fn wait(&self, d: Duration) {
         match self {
             // A handler retrying at once (a stream refusing its output) keeps the app busy
-            // without time passing: then only let it run.
+            // without time passing: then only let it run a little.
             Self::InProcess(t) => {
-                if t.try_settle(1000).await {
+                if t.try_settle(20).await {
                     t.advance(d).await;
                 }
             }
