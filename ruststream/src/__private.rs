@@ -149,13 +149,22 @@ pub async fn reply<R: Outgoing>(
     let _ = outs;
     let value = ret?;
     let failed = |err: &crate::PublishError, to: &str| {
-        tracing::error!(
-            registration = ctx.registration(),
-            subject = ctx.subject(),
-            reply_to = to,
-            %err,
-            "the reply was not published; the delivery is not acknowledged and comes back as a retry"
-        );
+        // A stream that stays full refuses every attempt: at most one line a second.
+        let suppressed = if err.kind() == crate::PublishErrorKind::NotStored {
+            crate::unconfirmed::log_now()
+        } else {
+            Some(0)
+        };
+        if let Some(suppressed) = suppressed {
+            tracing::error!(
+                registration = ctx.registration(),
+                subject = ctx.subject(),
+                reply_to = to,
+                %err,
+                suppressed,
+                "the reply was not published; the delivery is not acknowledged and comes back as a retry"
+            );
+        }
         HandlerOutcome::retry()
     };
     let subject = value.subject().map_err(|err| failed(&err, R::SUBJECT))?;

@@ -16,6 +16,7 @@ mod outgoing;
 mod publish;
 pub mod registration;
 pub mod settle;
+mod unconfirmed;
 
 pub use app::{App, AppInfo, Handling, Observer, RunningApp, RustStream, Scope};
 pub use broker::{Broker, Env, RunningBroker};

@@ -261,12 +261,15 @@ impl<S: Send + Sync + 'static> Registration<S> {
                     Ok(Ok(())) => match ctx.unconfirmed() {
                         // An output a stream did not confirm: the input must come back.
                         Some(reason) => {
-                            tracing::error!(
-                                registration = name,
-                                subject = delivery.subject(),
-                                %reason,
-                                "an output stored by a stream was not confirmed; the delivery is not acknowledged and is treated as retry()"
-                            );
+                            if let Some(suppressed) = crate::unconfirmed::log_now() {
+                                tracing::error!(
+                                    registration = name,
+                                    subject = delivery.subject(),
+                                    %reason,
+                                    suppressed,
+                                    "an output stored by a stream was not confirmed; the delivery is not acknowledged and is treated as retry() (at most one such line a second; `suppressed` counts the others)"
+                                );
+                            }
                             Handled::Outcome(HandlerOutcome::retry())
                         }
                         None => Handled::Outcome(HandlerOutcome::Ack),
