@@ -387,6 +387,9 @@ impl Broker for NatsBroker {
             }
             check_streams(&*transport, &endpoints).await?;
             warn_unstored_dead_letters(&*transport, &endpoints).await;
+            let publisher = Arc::new(NatsPublisher::new(Arc::clone(&transport)));
+            publisher.learn().await;
+            log_outputs(&publisher, &endpoints);
 
             let mut opened: Vec<(Endpoint, Subscription)> = Vec::new();
             for endpoint in endpoints {
@@ -404,7 +407,6 @@ impl Broker for NatsBroker {
             let copies = Arc::new(
                 Copies::new(Arc::clone(&transport)).with_max_waiting(self.max_delayed_copies),
             );
-            let publisher = Arc::new(NatsPublisher::new(Arc::clone(&transport)));
             let (stop, signal) = watch::channel(None);
             if reports {
                 tokio::spawn(Arc::clone(&events).report_until_stopped(signal.clone()));
@@ -447,12 +449,15 @@ impl Broker for NatsBroker {
                 };
                 sources.push(tokio::spawn(source.run()));
             }
-            let running: Box<dyn RunningBroker> = Box::new(RunningNatsBroker {
-                transport,
-                copies,
-                stop,
-                sources,
-                drain_timeout: env.drain_timeout(),
+            let running: Box<dyn RunningBroker> = Box::new(WithPublisher {
+                running: Box::new(RunningNatsBroker {
+                    transport,
+                    copies,
+                    stop,
+                    sources,
+                    drain_timeout: env.drain_timeout(),
+                }),
+                publisher,
             });
             Ok(running)
         })
@@ -557,6 +562,63 @@ async fn check_on_server(
         }
     }
     Ok(done)
+}
+
+/// A running broker with the publisher `ruststream_nats::NatsClient` reaches it through.
+struct WithPublisher {
+    running: Box<dyn RunningBroker>,
+    publisher: Arc<NatsPublisher>,
+}
+
+impl RunningBroker for WithPublisher {
+    fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
+        self.running.stop()
+    }
+
+    fn publisher(&self) -> Option<Arc<dyn ruststream::Publish>> {
+        Some(Arc::clone(&self.publisher) as Arc<dyn ruststream::Publish>)
+    }
+}
+
+/// Says, for every registration, which of its outputs a stream stores (confirmed and
+/// deduplicated) and which are Core publishes; and warns when a Core retry copy goes to a
+/// subject a stream stores (the stream stores every copy as a new message).
+fn log_outputs(publisher: &NatsPublisher, endpoints: &[Endpoint]) {
+    for endpoint in endpoints {
+        let info = endpoint.info();
+        for subject in &info.publishes {
+            // A template (`orders.{tenant}.placed`): any value of each placeholder.
+            let any: String = subject
+                .split('.')
+                .map(|t| if t.starts_with('{') { "any" } else { t })
+                .collect::<Vec<_>>()
+                .join(".");
+            match publisher.stream_of(&any) {
+                Some(stream) => tracing::info!(
+                    registration = %info.name,
+                    output = subject,
+                    %stream,
+                    "output stored by stream `{stream}`: each publish waits for the stream's acknowledgement, and a redelivered input does not store it twice"
+                ),
+                None => tracing::info!(
+                    registration = %info.name,
+                    output = subject,
+                    "output stored by no stream: a Core publish, not confirmed"
+                ),
+            }
+        }
+        if info.descriptor.model == DeliveryModel::Core
+            && let Some(target) = info.copy_target()
+            && let Some(stream) = publisher.stream_of(target)
+        {
+            tracing::warn!(
+                registration = %info.name,
+                retry_to = target,
+                %stream,
+                "Core retry copies go to `{target}`, which stream `{stream}` stores: the stream keeps every copy as a new message, and every other subscriber sees it; set `.retry_to(\"a.subject.of.its.own\")` to keep copies apart (docs/at-most-once.md)"
+            );
+        }
+    }
 }
 
 /// Every stream a JetStream registration reads must exist.

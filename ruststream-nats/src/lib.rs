@@ -34,7 +34,9 @@ pub use copies::RETRY_COUNT_HEADER;
 pub use descriptor::{CoreSubject, CoreWildcard, DeliverPolicy, JetStreamSubject};
 pub use jetstream_info::JetStreamInfo;
 pub use keys::{JetStream, StreamName, StreamSequence};
+pub use publish::{MSG_ID_HEADER, NatsClient, RELEARN_AFTER, StoredPublish, output_message_id};
 pub use settings::MIN_SERVER_VERSION;
+pub use transport::StoredAck;
 
 /// Every name a NATS service uses, in one glob: `use ruststream_nats::prelude::*;`.
 pub mod prelude {
@@ -72,4 +74,9 @@ pub mod guides {
     #[cfg(feature = "testing")]
     #[doc = include_str!("../../docs/first-service.md")]
     pub mod first_service {}
+    #[doc = include_str!("../../docs/publishing.md")]
+    pub mod publishing {}
+    #[cfg(feature = "testing")]
+    #[doc = include_str!("../../docs/request-reply.md")]
+    pub mod request_reply {}
 }

@@ -110,7 +110,9 @@ use tokio::time::Instant;
 use crate::embedded::declare_merged;
 pub use crate::embedded::streams_of;
 pub use crate::transport::RawMessage;
-pub use crate::transport::in_process::{ConsumerFacts, InProcessNats, StoredMessage};
+pub use crate::transport::in_process::{
+    ConsumerFacts, InProcessNats, MAX_PAYLOAD, StoredMessage, StreamLimits,
+};
 use crate::transport::{Transport, TransportOverride};
 
 /// How many yields in a row must see no change before [`TestApp::settle`] returns.
@@ -390,6 +392,31 @@ impl TestApp {
         self.publish_raw(subject, Headers::new(), payload).await
     }
 
+    /// A client of the emulated server, as `NatsClient::of(&running)` gives in production:
+    /// confirmed and JetStream publishes, requests.
+    pub fn client(&self) -> crate::NatsClient {
+        crate::NatsClient::new(crate::publish::NatsPublisher::new(Arc::new(
+            self.nats.clone(),
+        )))
+    }
+
+    /// Sends `value` as a Core request to `subject`, as a client would, and decodes the
+    /// response as `R`. The app answers while this waits (no [`settle`](Self::settle) needed).
+    ///
+    /// # Errors
+    ///
+    /// `NoResponders` at once when nobody listens on `subject`, `Timeout` when no response
+    /// came within `timeout` (on tokio's clock: under a paused clock it passes as soon as
+    /// nothing else can run), `Decode` when the response is not an `R`.
+    pub async fn request<T: Serialize + ?Sized, R: DeserializeOwned>(
+        &self,
+        subject: &str,
+        value: &T,
+        timeout: Duration,
+    ) -> Result<R, PublishError> {
+        self.client().request(subject, value, timeout).await
+    }
+
     /// Publishes `payload` as it is, with `headers`: for payloads that do not decode, and for
     /// custom headers.
     ///
@@ -418,7 +445,7 @@ impl TestApp {
     /// When the app is still changing after [`MAX_ROUNDS`] yields: something redelivers or
     /// publishes forever without waiting (a JetStream `retry()` with no cap, for one).
     pub async fn settle(&self) {
-        if self.try_settle(MAX_ROUNDS).await {
+        if self.settle_rounds(MAX_ROUNDS, true).await {
             return;
         }
         let (most, registration) = self.recorder.most_deliveries();
@@ -438,11 +465,19 @@ impl TestApp {
 
     /// [`settle`](Self::settle), giving up after `max_yields` yields: whether the app settled.
     pub async fn try_settle(&self, max_yields: u32) -> bool {
+        self.settle_rounds(max_yields, false).await
+    }
+
+    /// Yields until nothing changed for [`QUIET_ROUNDS`] yields (`true`), at most `max_yields`
+    /// times; with `fail_fast`, gives up as soon as one message was delivered
+    /// [`LOOP_DELIVERIES`] more times meanwhile (it cannot settle: say so now, not after every
+    /// round).
+    async fn settle_rounds(&self, max_yields: u32, fail_fast: bool) -> bool {
         let mut last = self.snapshot();
         let mut quiet = 0;
+        let before = self.recorder.most_deliveries().0;
         for _ in 0..max_yields {
-            if self.recorder.most_deliveries().0 >= LOOP_DELIVERIES {
-                // One message delivered a thousand times does not settle: say so now.
+            if fail_fast && self.recorder.most_deliveries().0 >= before + LOOP_DELIVERIES {
                 return false;
             }
             tokio::task::yield_now().await;

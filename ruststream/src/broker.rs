@@ -60,6 +60,12 @@ pub trait RunningBroker: Send {
     /// Stops taking deliveries, lets handlers in flight finish (up to the drain timeout), sends
     /// their settlements, flushes and closes.
     fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>>;
+
+    /// What publishes on this broker from outside a handler (`main`, a startup hook, a test),
+    /// if it offers that. `None` by default.
+    fn publisher(&self) -> Option<std::sync::Arc<dyn crate::Publish>> {
+        None
+    }
 }
 
 /// The environment an app starts in: the drain timeout, an observer for tests, and typed

@@ -11,15 +11,18 @@ mod duration;
 mod error;
 mod extract;
 mod handler;
+mod header;
 mod outcome;
 mod outgoing;
 mod publish;
 pub mod registration;
 pub mod settle;
+mod unconfirmed;
 
 pub use app::{App, AppInfo, Handling, Observer, RunningApp, RustStream, Scope};
 pub use broker::{Broker, Env, RunningBroker};
 pub use context::Context;
+pub use context::{RESERVED_PREFIXES, reserved_prefix};
 pub use delivery::{Delivery, Extensions, Headers, OutboundMessage};
 pub use duration::{NonZeroDuration, ZeroDuration};
 pub use error::{AckError, BoxError, Error, ErrorKind, PublishError, PublishErrorKind};
@@ -27,9 +30,10 @@ pub use extract::{
     Attempt, Ctx, Delivered, FromContext, FromRef, Key, MessageHeaders, Rejection, State, Subject,
 };
 pub use handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs, Publisher};
+pub use header::{CorrelationId, Header, TypedHeader};
 pub use outcome::HandlerOutcome;
 pub use outgoing::Outgoing;
-pub use publish::Publish;
+pub use publish::{CORRELATION_ID_HEADER, Origin, Publish};
 pub use registration::{Descriptor, Endpoint, Mount, Registration, WithHandler};
 
 pub use ruststream_macros::{FromRef, Outgoing, app, nonzero, subscriber};
@@ -44,6 +48,7 @@ pub mod prelude {
     };
     // `publish_raw` and `TestApp::publish_raw` take headers.
     pub use crate::Headers;
+    pub use crate::{CorrelationId, Header, TypedHeader};
 }
 
 /// What the macros expand to. Not a public API: it may change in any release.

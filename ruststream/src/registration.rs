@@ -258,7 +258,22 @@ impl<S: Send + Sync + 'static> Registration<S> {
                 let mut ctx = Context::new(delivery, state, publisher, name);
                 let run = handler.handle(&input, &outs, &mut ctx);
                 match std::panic::AssertUnwindSafe(run).catch_unwind().await {
-                    Ok(Ok(())) => Handled::Outcome(HandlerOutcome::Ack),
+                    Ok(Ok(())) => match ctx.unconfirmed() {
+                        // An output a stream did not confirm: the input must come back.
+                        Some(reason) => {
+                            if let Some(suppressed) = crate::unconfirmed::log_now() {
+                                tracing::error!(
+                                    registration = name,
+                                    subject = delivery.subject(),
+                                    %reason,
+                                    suppressed,
+                                    "an output stored by a stream was not confirmed; the delivery is not acknowledged and is treated as retry() (at most one such line a second; `suppressed` counts the others)"
+                                );
+                            }
+                            Handled::Outcome(HandlerOutcome::retry())
+                        }
+                        None => Handled::Outcome(HandlerOutcome::Ack),
+                    },
                     Ok(Err(outcome)) => Handled::Outcome(outcome),
                     Err(panic) => Handled::Panicked(panic_message(panic.as_ref())),
                 }

@@ -29,7 +29,7 @@ use tokio::sync::oneshot;
 
 use super::pull::{Lookahead, Puller};
 use super::{
-    ConsumerSpec, RawMessage, StreamSpec, Subscription, Transport, TransportError,
+    ConsumerSpec, RawMessage, StoredAck, StreamSpec, Subscription, Transport, TransportError,
     TransportErrorKind, Unsubscribe,
 };
 use crate::descriptor::DeliverPolicy;
@@ -213,6 +213,9 @@ impl Transport for NatsTransport {
                     async_nats::client::PublishErrorKind::InvalidSubject => {
                         TransportErrorKind::Invalid
                     }
+                    async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
+                        TransportErrorKind::Refused
+                    }
                     _ => TransportErrorKind::Other,
                 };
                 TransportError::new(kind, format!("publishing to `{subject}` failed: {err}"))
@@ -236,6 +239,88 @@ impl Transport for NatsTransport {
                 .await
                 .map_err(|err| stored_publish_error(&subject, &err))?;
             Ok(ack.sequence)
+        })
+    }
+
+    fn publish_confirmed(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        Box::pin(async move {
+            let headers = to_header_map(&headers)?;
+            let ack = self
+                .jetstream
+                .publish_with_headers(subject.to_string(), headers, payload)
+                .await
+                .map_err(|err| stored_publish_error(&subject, &err))?
+                .await
+                .map_err(|err| stored_publish_error(&subject, &err))?;
+            Ok(StoredAck {
+                stream: ack.stream,
+                sequence: ack.sequence,
+                duplicate: ack.duplicate,
+            })
+        })
+    }
+
+    fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
+        Box::pin(async move {
+            let failed = |err: &dyn std::fmt::Display| {
+                TransportError::new(
+                    TransportErrorKind::Other,
+                    format!("cannot list the streams: {err}"),
+                )
+            };
+            let mut listed = self.jetstream.streams();
+            let mut streams = Vec::new();
+            while let Some(info) = listed.next().await {
+                let info = info.map_err(|err| failed(&err))?;
+                streams.push(StreamSpec {
+                    name: info.config.name,
+                    subjects: info.config.subjects,
+                });
+            }
+            Ok(streams)
+        })
+    }
+
+    fn request(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<RawMessage, TransportError>> {
+        Box::pin(async move {
+            let mut request = async_nats::Request::new()
+                .payload(payload)
+                .timeout(Some(timeout));
+            if !headers.is_empty() {
+                request = request.headers(to_header_map(&headers)?);
+            }
+            let response = self
+                .client
+                .send_request(subject.to_string(), request)
+                .await
+                .map_err(|err| {
+                    use async_nats::client::RequestErrorKind as K;
+                    let (kind, what) = match err.kind() {
+                        K::NoResponders => (
+                            TransportErrorKind::NoResponders,
+                            "nobody listens on it".to_owned(),
+                        ),
+                        K::TimedOut => (
+                            TransportErrorKind::TimedOut,
+                            format!("no response within {timeout:?}"),
+                        ),
+                        K::InvalidSubject => (TransportErrorKind::Invalid, err.to_string()),
+                        _ => (TransportErrorKind::Other, err.to_string()),
+                    };
+                    TransportError::new(kind, format!("the request to `{subject}` failed: {what}"))
+                })?;
+            Ok(raw(response))
         })
     }
 
@@ -500,8 +585,21 @@ fn consumer_error(spec: &ConsumerSpec, err: &dyn std::error::Error) -> Transport
 }
 
 fn stored_publish_error(subject: &str, err: &jetstream::context::PublishError) -> TransportError {
+    use jetstream::context::PublishErrorKind as K;
     let kind = match err.kind() {
-        jetstream::context::PublishErrorKind::StreamNotFound => TransportErrorKind::NoStream,
+        K::StreamNotFound => TransportErrorKind::NoStream,
+        K::TimedOut => TransportErrorKind::TimedOut,
+        K::WrongLastMessageId | K::WrongLastSequence | K::MaxPayloadExceeded => {
+            TransportErrorKind::Refused
+        }
+        // The server's own refusals (limits with `discard: new`, an expectation) come as
+        // `Other` with the server's description.
+        K::Other
+            if std::error::Error::source(err)
+                .is_some_and(|source| source.is::<jetstream::Error>()) =>
+        {
+            TransportErrorKind::Refused
+        }
         _ => TransportErrorKind::Other,
     };
     TransportError::new(kind, format!("stored publish to `{subject}` failed: {err}"))

@@ -181,6 +181,13 @@ impl fmt::Debug for RunningApp {
 }
 
 impl RunningApp {
+    /// What publishes on the app's brokers from outside a handler: the first broker's
+    /// publisher, if it offers one. A broker crate wraps it in its own API
+    /// (`ruststream_nats::NatsClient::of(&running)`).
+    pub fn publisher(&self) -> Option<Arc<dyn crate::Publish>> {
+        self.brokers.iter().find_map(|b| b.publisher())
+    }
+
     /// Drains every broker (stop pulling, finish handlers in flight, settle, flush), then runs
     /// the shutdown hooks.
     pub async fn stop(self) -> Result<(), Error> {
