@@ -55,10 +55,16 @@
 //! [`client`] has the questions the tests ask a running server through their own
 //! async-nats client: JetStream, streams and consumers as the server reports them, every message
 //! sent to some subjects ([`client::Recorder`]), and waits that poll until something holds.
+//!
+//! # A cluster
+//!
+//! [`cluster::NatsCluster`] starts three nodes with routes and JetStream, waits for a meta
+//! leader, and kills and restarts a single node.
 
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod cluster;
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
