@@ -4,10 +4,14 @@
 // Each test crate uses a part of it.
 #![allow(dead_code)]
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer, stream};
-use ruststream_test_server::cluster::NatsCluster;
+use futures::StreamExt as _;
+use ruststream_test_server::cluster::{NatsCluster, monitor_json};
+use ruststream_test_server::service_process::ServiceProcess;
 
 /// How long a fail-over (a new leader, a reconnect, an ack_wait expiry) may take before a test
 /// fails instead of hanging.
@@ -168,4 +172,266 @@ pub async fn stream_leader_other_than(
         );
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// The example every instance runs.
+pub const WORKER_EXAMPLE: &str = "orders_worker";
+/// Its stream, durable consumer and subjects (see `examples/orders_worker.rs`).
+pub const ORDERS: &str = "ORDERS";
+pub const FULFIL: &str = "fulfil";
+pub const PLACED: &str = "orders.placed";
+pub const FULFILLED: &str = "orders.fulfilled";
+pub const NOTIFY: &str = "orders.notify";
+pub const NOTIFIED: &str = "orders.notified";
+/// The worker's ack_wait.
+pub const WORKER_ACK_WAIT: Duration = Duration::from_secs(5);
+
+/// How many messages the many-instance tests send: `RUSTSTREAM_SCALE_MESSAGES`, 3 000 when
+/// unset (the full run is `RUSTSTREAM_SCALE_MESSAGES=30000`).
+pub fn message_count() -> u64 {
+    match std::env::var("RUSTSTREAM_SCALE_MESSAGES") {
+        Ok(value) => value.trim().parse().unwrap_or_else(|_| {
+            panic!("RUSTSTREAM_SCALE_MESSAGES={value:?} is not a number of messages")
+        }),
+        Err(_) => 3_000,
+    }
+}
+
+/// How long `n` messages may take to go through, on a slow machine.
+pub fn patience_for(n: u64) -> Duration {
+    FAILOVER + Duration::from_millis(n * 2)
+}
+
+/// A worker instance: `orders_worker` as a child process named `HOSTNAME=name`.
+pub struct Worker {
+    pub name: String,
+    pub process: ServiceProcess,
+}
+
+impl Worker {
+    /// Starts an instance named `name` on the servers of `url`.
+    pub fn start(url: &str, name: &str) -> Self {
+        let binary = ServiceProcess::example(WORKER_EXAMPLE);
+        let process = ServiceProcess::spawn(
+            &binary,
+            &[("NATS_URL", url), ("HOSTNAME", name), ("RUST_LOG", "warn")],
+        );
+        Self {
+            name: name.to_owned(),
+            process,
+        }
+    }
+
+    /// Its connection name, as `/connz` shows it.
+    pub fn connection_name(&self) -> String {
+        format!("orders-worker {}", self.name)
+    }
+}
+
+/// Waits until the server whose monitoring port is `monitor` has a connection of each of
+/// `workers` subscribed to [`NOTIFY`] (in the queue group), and, when `idle` (the stream holds
+/// nothing for them), the durable [`FULFIL`] has as many pull requests waiting: every instance
+/// is consuming.
+pub async fn until_consuming(
+    js: &jetstream::Context,
+    monitor: u16,
+    workers: &mut [&mut Worker],
+    idle: bool,
+) {
+    let deadline = Instant::now() + FAILOVER;
+    loop {
+        for w in workers.iter_mut() {
+            assert!(
+                w.process.is_running(),
+                "worker {} exited while starting\n{}",
+                w.name,
+                w.process.output_tail()
+            );
+        }
+        let connz = monitor_json(monitor, "/connz?subs=1&limit=1024");
+        let subscribed = workers.iter().all(|w| {
+            let name = w.connection_name();
+            connz
+                .as_ref()
+                .and_then(|c| c["connections"].as_array().cloned())
+                .is_some_and(|conns| {
+                    conns.iter().any(|c| {
+                        c["name"] == name.as_str()
+                            && c["subscriptions_list"]
+                                .as_array()
+                                .is_some_and(|subs| subs.iter().any(|s| s == NOTIFY))
+                    })
+                })
+        });
+        let waiting = match js.get_stream(ORDERS).await {
+            Ok(s) => s
+                .consumer_info(FULFIL)
+                .await
+                .map(|i| i.num_waiting)
+                .unwrap_or(0),
+            Err(_) => 0,
+        };
+        if subscribed && (!idle || waiting >= workers.len()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the workers are not all consuming within {FAILOVER:?} (subscribed: {subscribed}, \
+             pull requests waiting: {waiting})\n{}",
+            workers
+                .iter()
+                .map(|w| w.process.output_tail())
+                .collect::<String>()
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Who answered which message: every `{"order": id, "by": name}` published on a subject, as
+/// the test's own subscription got it.
+#[derive(Clone, Default)]
+pub struct Tally {
+    by_id: Arc<Mutex<HashMap<u64, Vec<String>>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Answer {
+    order: u64,
+    by: String,
+}
+
+impl Tally {
+    /// Subscribes `client` to `subject` (in place on the server when this returns).
+    pub async fn start(client: &async_nats::Client, subject: &str) -> Self {
+        let mut subscription = client
+            .subscribe(subject.to_owned())
+            .await
+            .unwrap_or_else(|e| panic!("the test subscribes to {subject}: {e}"));
+        client.flush().await.expect("flush the subscription");
+        let tally = Self::default();
+        let sink = Arc::clone(&tally.by_id);
+        tokio::spawn(async move {
+            while let Some(message) = subscription.next().await {
+                if let Ok(answer) = serde_json::from_slice::<Answer>(&message.payload) {
+                    lock(&sink).entry(answer.order).or_default().push(answer.by);
+                }
+            }
+        });
+        tally
+    }
+
+    /// How many distinct messages were answered.
+    pub fn distinct(&self) -> usize {
+        lock(&self.by_id).len()
+    }
+
+    /// How many answers in all.
+    pub fn total(&self) -> usize {
+        lock(&self.by_id).values().map(Vec::len).sum()
+    }
+
+    /// The ids answered more than once.
+    pub fn duplicates(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = lock(&self.by_id)
+            .iter()
+            .filter(|(_, by)| by.len() > 1)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The ids of `range` nobody answered.
+    pub fn missing(&self, range: std::ops::RangeInclusive<u64>) -> Vec<u64> {
+        let by_id = lock(&self.by_id);
+        range.filter(|id| !by_id.contains_key(id)).collect()
+    }
+
+    /// How many answers each instance gave.
+    pub fn per_instance(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for by in lock(&self.by_id).values().flatten() {
+            *counts.entry(by.clone()).or_default() += 1;
+        }
+        counts
+    }
+
+    /// How many answers for ids in `range`, by instance.
+    pub fn per_instance_in(&self, range: std::ops::RangeInclusive<u64>) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for (id, by) in lock(&self.by_id).iter() {
+            if range.contains(id) {
+                for name in by {
+                    *counts.entry(name.clone()).or_default() += 1;
+                }
+            }
+        }
+        counts
+    }
+
+    /// Waits until every id of `range` was answered.
+    pub async fn until_all(&self, range: std::ops::RangeInclusive<u64>, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let missing = self.missing(range.clone());
+            if missing.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {range:?} not answered within {within:?} (first: {:?}); answers by \
+                 instance: {:?}",
+                missing.len(),
+                &missing[..missing.len().min(10)],
+                self.per_instance()
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Publishes `{"id": id}` for every id of `ids` to stream subject `subject`, many in flight at
+/// once, and waits until the stream stored each.
+pub async fn publish_orders(
+    js: &jetstream::Context,
+    subject: &str,
+    ids: std::ops::RangeInclusive<u64>,
+) {
+    let mut acks = Vec::with_capacity(512);
+    for id in ids {
+        let ack = js
+            .publish(subject.to_owned(), format!(r#"{{"id":{id}}}"#).into())
+            .await
+            .unwrap_or_else(|e| panic!("order {id} is sent: {e}"));
+        acks.push(ack);
+        if acks.len() == 512 {
+            for ack in acks.drain(..) {
+                ack.await.expect("the stream stored the order");
+            }
+        }
+    }
+    for ack in acks {
+        ack.await.expect("the stream stored the order");
+    }
+}
+
+/// Publishes `{"order": id}` for every id of `ids` to Core subject `subject`, and flushes.
+pub async fn publish_notifications(
+    client: &async_nats::Client,
+    subject: &str,
+    ids: std::ops::RangeInclusive<u64>,
+) {
+    for id in ids {
+        client
+            .publish(subject.to_owned(), format!(r#"{{"order":{id}}}"#).into())
+            .await
+            .unwrap_or_else(|e| panic!("notification {id} is sent: {e}"));
+    }
+    client.flush().await.expect("flush the notifications");
 }

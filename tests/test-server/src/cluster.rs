@@ -200,8 +200,7 @@ impl NatsCluster {
     /// What node `index`'s monitoring endpoint `path` (`/jsz`, `/connz`, `/varz`...) answers,
     /// parsed; `None` when the node does not answer (it is down) or the answer is not JSON.
     pub fn monitor(&self, index: usize, path: &str) -> Option<Value> {
-        let body = http_get(self.monitor_ports[index], path)?;
-        serde_json::from_str(&body).ok()
+        monitor_json(self.monitor_ports[index], path)
     }
 
     /// The last lines of every node's log, for assertion messages.
@@ -275,6 +274,24 @@ impl NatsCluster {
             self.log_tail()
         );
     }
+}
+
+/// A loopback port nothing listens on now (for a server's `-m` monitoring port, say).
+///
+/// # Panics
+///
+/// If no port can be bound.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("nats cluster test support: cannot find a free port: {e}"))
+}
+
+/// What the monitoring endpoint `path` of the server whose monitoring port is `port` answers,
+/// parsed; `None` when it does not answer 200 with JSON.
+pub fn monitor_json(port: u16, path: &str) -> Option<Value> {
+    serde_json::from_str(&http_get(port, path)?).ok()
 }
 
 /// `GET http://127.0.0.1:{port}{path}`; the body, or `None` if the server does not answer 200.

@@ -59,12 +59,12 @@
 //! # A cluster
 //!
 //! [`cluster::NatsCluster`] starts three nodes with routes and JetStream, waits for a meta
-//! leader, and kills and restarts a single node.
+//! leader, and kills and restarts a single node. [`service_process::ServiceProcess`] runs an
+//! example service as a child process a test kills (`SIGKILL`) or stops (`SIGTERM`).
 
 #![forbid(unsafe_code)]
 
 pub mod client;
-pub mod cluster;
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -77,6 +77,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
+
+// The scale-out toolkit: a three-node cluster, services as child processes.
+pub mod cluster;
+pub mod service_process;
 
 /// How long the server may take to start (or to stop gracefully) before we give up.
 const DEADLINE: Duration = Duration::from_secs(10);
