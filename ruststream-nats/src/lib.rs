@@ -61,4 +61,6 @@ pub mod guides {
     #[cfg(feature = "testing")]
     #[doc = include_str!("../../docs/testing.md")]
     pub mod testing {}
+    #[doc = include_str!("../../docs/deployment.md")]
+    pub mod deployment {}
 }
