@@ -64,6 +64,8 @@ pub mod guides {
     pub mod retries_dead_letters {}
     #[doc = include_str!("../../docs/consumers.md")]
     pub mod consumers {}
+    #[doc = include_str!("../../docs/deployment.md")]
+    pub mod deployment {}
     #[doc = include_str!("../../docs/architecture.md")]
     pub mod architecture {}
     #[doc = include_str!("../../docs/security.md")]
