@@ -57,6 +57,7 @@
 //! sent to some subjects ([`client::Recorder`]), and waits that poll until something holds.
 
 pub mod client;
+pub mod proxy;
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
