@@ -233,17 +233,19 @@ async fn a_deleted_consumer_is_opened_again() {
         .delete_consumer("phoenix")
         .await
         .expect("the consumer is deleted");
-    // The registration notices and creates the durable again; it starts from the stream's
-    // beginning (deliver policy all), so order 1 comes again too.
+    // The registration notices and creates the durable again, from where it stood: order 1,
+    // settled, does not come again (docs/guarantees.md).
     eventually(PATIENCE, "the consumer exists again", || async {
         let stream = js.get_stream(STREAM).await.ok()?;
         stream.consumer_info("phoenix").await.ok()
     })
     .await;
     publish_stored(&js, "orders.created", &order(2)).await;
-    let seen = handler.until_seen(3).await;
-    assert!(seen.iter().any(|s| s.id == 2), "{seen:?}");
+    let seen = handler.until_seen(2).await;
+    let ids: Vec<u64> = seen.iter().map(|s| s.id).collect();
+    assert_eq!(ids, [1, 2], "{seen:?}");
     running.stop().await.expect("a clean stop");
+    assert_eq!(handler.seen().len(), 2, "{:?}", handler.seen());
 }
 
 #[tokio::test]

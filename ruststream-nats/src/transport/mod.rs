@@ -169,6 +169,25 @@ pub trait Transport: Send + Sync + 'static {
     /// Gets, creates, or updates (when mutable settings changed) the consumer, and starts
     /// pulling from it.
     fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>>;
+
+    /// [`consume`](Self::consume) again after the pull ended (the consumer vanished): a
+    /// consumer that has to be created starts at `start_sequence`, where the registration
+    /// stood, and an existing durable goes on from its own position.
+    ///
+    /// The default starts at `start_sequence`. A transport that can read the stream should not
+    /// when the stream holds fewer messages than that (it was created again, and its sequences
+    /// started over): it then starts where `spec` says.
+    fn resume(
+        &self,
+        spec: ConsumerSpec,
+        start_sequence: u64,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        let spec = ConsumerSpec {
+            deliver_policy: DeliverPolicy::ByStartSequence(start_sequence),
+            ..spec
+        };
+        self.consume(spec)
+    }
 }
 
 /// Stops a subscription or a pull: once it resolves, the stream takes no new messages (the
