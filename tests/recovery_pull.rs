@@ -135,6 +135,7 @@ async fn a_pull_expiry_of_zero_still_comes_back_after_a_server_restart() {
             JetStreamSubject::new("orders.created", STREAM)
                 .durable("forever")
                 .pull_expiry(Duration::ZERO)
+                .ack_wait(millis(1_000))
                 .handler(handler.clone()),
         );
     })
@@ -144,16 +145,17 @@ async fn a_pull_expiry_of_zero_still_comes_back_after_a_server_restart() {
     handler.until_seen(1).await;
     until_settled(&js, "forever", 1, "the first is settled").await;
 
-    // The restart (a graceful one: the consumer's state is kept) loses the request the app
-    // left waiting, which has no expiry and asks for no heartbeats.
+    // The crash loses the request the app left waiting, which has no expiry and asks for no
+    // heartbeats (and may lose the first acknowledgement: the message then comes again after
+    // ack_wait).
+    server.kill();
     server.restart();
     let (_client, js) = connect_jetstream(&server).await;
     for id in 2..=3 {
         publish_stored(&js, "orders.created", order(id)).await;
     }
-    let seen = handler.until_seen(3).await;
-    let ids: Vec<u64> = seen.iter().map(|s| s.id).collect();
-    assert_eq!(ids, [1, 2, 3]);
     until_settled(&js, "forever", 3, "everything settled").await;
+    let ids: Vec<u64> = handler.seen().iter().map(|s| s.id).collect();
+    assert!(ids.contains(&2) && ids.contains(&3), "{ids:?}");
     running.stop().await.expect("a clean stop");
 }
