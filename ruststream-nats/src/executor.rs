@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use ruststream::registration::{Handled, RegistrationInfo};
-use ruststream::settle::{AckKind, Decision, DeliveryModel, Settle};
+use ruststream::settle::{AckKind, Decision, DeliveryModel, Facts, Settle};
 use ruststream::{AckError, Delivery, Headers};
 
 use crate::copies::Copies;
@@ -42,6 +42,8 @@ pub(crate) struct Executor {
     model: DeliveryModel,
     dead_letter: Option<Arc<str>>,
     copy_target: Option<Arc<str>>,
+    /// The registration's cap, for the hold after a failed dead letter.
+    max_attempts: Option<std::num::NonZeroU32>,
     /// Whether the one warning about Core settlements was logged.
     warned_unsupported: AtomicBool,
 }
@@ -60,6 +62,7 @@ impl Executor {
             model: info.descriptor.model,
             dead_letter: info.policy.dead_letter.as_deref().map(Arc::from),
             copy_target: info.copy_target().map(Arc::from),
+            max_attempts: info.policy.max_attempts,
             warned_unsupported: AtomicBool::new(false),
         }
     }
@@ -84,19 +87,7 @@ impl Executor {
                 .publish_dead_letter(dead_letter, &incoming.delivery)
                 .await
             {
-                let consequence = match self.model {
-                    DeliveryModel::JetStream => {
-                        "the original is not settled: the server delivers it again after ack_wait"
-                    }
-                    DeliveryModel::Core => "the message is lost (Core NATS is at most once)",
-                };
-                tracing::error!(
-                    registration = %self.registration,
-                    subject = incoming.delivery.subject(),
-                    dead_letter = %dead_letter,
-                    %err,
-                    "the dead-letter publish failed; {consequence}"
-                );
+                self.dead_letter_failed(incoming, dead_letter, &err).await;
                 return;
             }
             tracing::info!(
@@ -134,6 +125,48 @@ impl Executor {
             }
             Settle::Unsupported(kind) => self.unsupported(kind),
             Settle::Nothing => {}
+        }
+    }
+
+    /// The dead-letter publish of `incoming` failed: an error naming the registration, and the
+    /// original held back as `ruststream::settle::decide_dead_letter_failed` says (never
+    /// terminated without its dead letter).
+    async fn dead_letter_failed(
+        &self,
+        incoming: &Incoming,
+        dead_letter: &Arc<str>,
+        err: &TransportError,
+    ) {
+        let mut facts = Facts::jetstream(incoming.delivery.attempt());
+        facts.model = self.model;
+        if let Some(cap) = self.max_attempts {
+            facts = facts.with_cap(cap);
+        }
+        let hold = ruststream::settle::decide_dead_letter_failed(&facts);
+        let consequence = match hold {
+            Settle::Send(AckKind::NakAfter(_)) => {
+                "the original is not terminated: it is held back and comes again for another try (the hold doubles with each try, up to an hour)"
+            }
+            _ => "the message is lost (Core NATS is at most once)",
+        };
+        tracing::error!(
+            registration = %self.registration,
+            subject = incoming.delivery.subject(),
+            dead_letter = %dead_letter,
+            attempt = incoming.delivery.attempt().get(),
+            settle = ?hold,
+            %err,
+            "the dead-letter publish failed; {consequence}"
+        );
+        if let Settle::Send(kind) = hold
+            && let Err(err) = self.send(incoming, kind).await
+        {
+            tracing::warn!(
+                registration = %self.registration,
+                ack = %kind,
+                %err,
+                "holding back the original did not reach the server: it comes again after ack_wait"
+            );
         }
     }
 
@@ -244,6 +277,13 @@ impl Executor {
                 %panic,
                 attempt = delivery.attempt().get(),
                 "the handler panicked; treated as retry()"
+            ),
+            Handled::PastCap => tracing::error!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                attempt = delivery.attempt().get(),
+                dead_letter = decision.dead_letter,
+                "the delivery arrived past the cap (an earlier delivery hung past ack_wait, crashed the process, or its dead letter failed): the handler does not run again; it goes to the dead-letter subject when one is declared, and is terminated"
             ),
             Handled::NoOutcome(reason) => tracing::error!(
                 registration = %self.registration,
@@ -431,7 +471,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failed_dead_letter_sends_nothing_else() {
+    async fn a_failed_dead_letter_holds_the_original_back_and_never_terminates_it() {
         let wire = Wire::new(
             || {
                 Err(TransportError::new(
@@ -442,7 +482,13 @@ mod tests {
             Some("DEAD"),
         );
         run(&executor(&wire, DeliveryModel::JetStream, true), &at_cap()).await;
-        assert_eq!(wire.sent(), ["stored dead.orders"]);
+        assert_eq!(
+            wire.sent(),
+            [
+                "stored dead.orders",
+                r#"pub $JS.ACK.S.C.2.1.2.0.0 -NAK {"delay": 1000000000}"#
+            ]
+        );
     }
 
     #[tokio::test]

@@ -163,6 +163,10 @@ pub enum Handled {
     Panicked(String),
     /// Nothing settles the delivery (a batch whose outcomes did not match its length).
     NoOutcome(String),
+    /// The delivery arrived past the cap (an earlier one hung past `ack_wait`, crashed the
+    /// process, or its dead letter failed); the handler did not run, and
+    /// [`settle::decide_arrival`] says what happens to it.
+    PastCap,
 }
 
 impl Handled {
@@ -250,9 +254,9 @@ impl<S: Send + Sync + 'static> Registration<S> {
             let handler = Arc::clone(&handler);
             let outs = Arc::clone(&outs);
             Box::pin(async move {
-                let input: In = match Json.decode(delivery.payload()) {
+                let input: In = match decode(delivery) {
                     Ok(input) => input,
-                    Err(err) => return Handled::Undecodable(err.to_string()),
+                    Err(undecodable) => return undecodable,
                 };
                 let state: &(dyn Any + Send + Sync) = &*state;
                 let mut ctx = Context::new(delivery, state, publisher, name);
@@ -291,12 +295,12 @@ impl<S: Send + Sync + 'static> Registration<S> {
                 let mut inputs = Vec::with_capacity(deliveries.len());
                 let mut decoded = Vec::with_capacity(deliveries.len());
                 for (i, delivery) in deliveries.iter().enumerate() {
-                    match Json.decode::<In>(delivery.payload()) {
+                    match decode::<In>(delivery) {
                         Ok(v) => {
                             inputs.push(v);
                             decoded.push(i);
                         }
-                        Err(err) => results[i] = Some(Handled::Undecodable(err.to_string())),
+                        Err(undecodable) => results[i] = Some(undecodable),
                     }
                 }
                 if !inputs.is_empty() {
@@ -343,6 +347,22 @@ fn batch_results(outcome: BatchOutcome, len: usize) -> Vec<Handled> {
             );
             vec![Handled::NoOutcome(reason); len]
         }
+    }
+}
+
+/// Decodes `delivery`'s payload; a payload that does not decode, or whose decoding panics (a
+/// custom `Deserialize`), is [`Handled::Undecodable`]: never retried, it would fail the same way.
+fn decode<In: DeserializeOwned>(delivery: &Delivery) -> Result<In, Handled> {
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Json.decode(delivery.payload())
+    }));
+    match decoded {
+        Ok(Ok(input)) => Ok(input),
+        Ok(Err(err)) => Err(Handled::Undecodable(err.to_string())),
+        Err(panic) => Err(Handled::Undecodable(format!(
+            "decoding the payload panicked: {}",
+            panic_message(panic.as_ref())
+        ))),
     }
 }
 
@@ -510,7 +530,17 @@ impl Endpoint {
                 copy: None,
                 settle: settle::Settle::Nothing,
             },
+            Handled::PastCap => settle::decide_arrival(&facts).unwrap_or(Decision {
+                dead_letter: false,
+                copy: None,
+                settle: settle::Settle::Nothing,
+            }),
         }
+    }
+
+    /// [`Handled::PastCap`] when `delivery` arrived past the cap: its handler must not run.
+    fn past_cap(&self, delivery: &Delivery) -> Option<Handled> {
+        settle::decide_arrival(&self.facts(delivery)).map(|_| Handled::PastCap)
     }
 
     /// Runs the handler on one delivery (panics caught) and decides its settlement.
@@ -524,6 +554,7 @@ impl Endpoint {
         publisher: &dyn Publish,
     ) -> (Handled, Decision) {
         let handled = match &self.handler {
+            _ if let Some(past_cap) = self.past_cap(delivery) => past_cap,
             BoundHandler::Single(call) => call(delivery, publisher, &self.name).await,
             BoundHandler::Batch(call) => {
                 let one = [delivery];
@@ -544,16 +575,35 @@ impl Endpoint {
         deliveries: &[&Delivery],
         publisher: &dyn Publish,
     ) -> Vec<(Handled, Decision)> {
-        let handled = match &self.handler {
-            BoundHandler::Batch(call) => call(deliveries, publisher, &self.name).await,
+        // Deliveries past the cap do not reach the handler.
+        let past: Vec<Option<Handled>> = deliveries.iter().map(|d| self.past_cap(d)).collect();
+        let run: Vec<&Delivery> = deliveries
+            .iter()
+            .zip(&past)
+            .filter(|(_, past)| past.is_none())
+            .map(|(d, _)| *d)
+            .collect();
+        let mut ran = match &self.handler {
+            _ if run.is_empty() => Vec::new(),
+            BoundHandler::Batch(call) => call(&run, publisher, &self.name).await,
             BoundHandler::Single(call) => {
-                let mut out = Vec::with_capacity(deliveries.len());
-                for d in deliveries {
+                let mut out = Vec::with_capacity(run.len());
+                for d in &run {
                     out.push(call(d, publisher, &self.name).await);
                 }
                 out
             }
-        };
+        }
+        .into_iter();
+        let handled: Vec<Handled> = past
+            .into_iter()
+            .map(|past| {
+                past.unwrap_or_else(|| {
+                    ran.next()
+                        .unwrap_or_else(|| Handled::NoOutcome("not handled".into()))
+                })
+            })
+            .collect();
         deliveries
             .iter()
             .zip(handled)
