@@ -5,8 +5,6 @@
 mod nats_support;
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
@@ -45,45 +43,6 @@ async fn until_all_seen(handler: &Scripted, ids: &[u64], what: &str) {
         ids.iter().all(|id| counts.contains_key(id)).then_some(())
     })
     .await;
-}
-
-/// The log lines written while it is installed (this thread: `#[tokio::test]` runs every task
-/// on the test's thread).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn install(&self) -> tracing::subscriber::DefaultGuard {
-        let logs = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || logs.clone())
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    fn lines(&self) -> Vec<String> {
-        let bytes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[tokio::test]
