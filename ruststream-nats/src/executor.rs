@@ -170,6 +170,25 @@ impl Executor {
         }
     }
 
+    /// Tells the server the delivery is still being worked on (`+WPI`: its `ack_wait` starts
+    /// again). A failure is logged at debug: the next one, or the settlement, follows.
+    pub(crate) async fn in_progress(&self, incoming: &Incoming) {
+        let Some(ack_subject) = &incoming.ack_subject else {
+            return;
+        };
+        if let Err(err) = self
+            .transport
+            .publish(
+                Arc::clone(ack_subject),
+                Headers::new(),
+                Bytes::from_static(b"+WPI"),
+            )
+            .await
+        {
+            tracing::debug!(registration = %self.registration, %err, "a progress signal failed");
+        }
+    }
+
     /// Gives a delivery that was pulled but never handled back to the server at once (`-NAK`),
     /// so that it need not wait for `ack_wait`.
     pub(crate) async fn release(&self, incoming: &Incoming) {
@@ -277,6 +296,13 @@ impl Executor {
                 %panic,
                 attempt = delivery.attempt().get(),
                 "the handler panicked; treated as retry()"
+            ),
+            Handled::TimedOut(limit) => tracing::error!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                ?limit,
+                attempt = delivery.attempt().get(),
+                "the handler ran past its timeout and was cancelled; treated as retry()"
             ),
             Handled::PastCap => tracing::error!(
                 registration = %self.registration,

@@ -399,15 +399,22 @@ impl Source {
             let unit = unit.as_slice();
             if endpoint.is_batch() {
                 let deliveries: Vec<&Delivery> = unit.iter().map(|i| &i.delivery).collect();
-                let decided = endpoint.dispatch_batch(&deliveries, &*publisher).await;
+                let dispatch = endpoint.dispatch_batch(&deliveries, &*publisher);
+                let decided = with_progress(&endpoint, &executor, unit, dispatch).await;
                 for (incoming, (handled, decision)) in unit.iter().zip(decided) {
                     executor.execute(incoming, &handled, &decision).await;
                     settled(&progress, incoming);
                 }
             } else {
                 for incoming in unit {
-                    let (handled, decision) =
-                        endpoint.dispatch(&incoming.delivery, &*publisher).await;
+                    let dispatch = endpoint.dispatch(&incoming.delivery, &*publisher);
+                    let (handled, decision) = with_progress(
+                        &endpoint,
+                        &executor,
+                        std::slice::from_ref(incoming),
+                        dispatch,
+                    )
+                    .await;
                     executor.execute(incoming, &handled, &decision).await;
                     settled(&progress, incoming);
                 }
@@ -440,6 +447,43 @@ impl Unit {
         match self {
             Self::One(incoming) => std::slice::from_ref(incoming),
             Self::Batch(unit) => unit,
+        }
+    }
+}
+
+/// Runs `handling`; while it runs, and for at most the registration's `progress_until`, tells
+/// the server every `ack_wait / 2` that each of `unit` is still being worked on (JetStream
+/// only).
+async fn with_progress<T>(
+    endpoint: &Endpoint,
+    executor: &Executor,
+    unit: &[Incoming],
+    handling: impl Future<Output = T>,
+) -> T {
+    let info = endpoint.info();
+    let (Some(deadline), Some(ack_wait), DeliveryModel::JetStream) = (
+        info.policy.progress_until,
+        info.descriptor.ack_wait,
+        info.descriptor.model,
+    ) else {
+        return handling.await;
+    };
+    let every = (ack_wait / 2).max(Duration::from_millis(10));
+    let started = Instant::now();
+    let until = started + deadline;
+    let mut ticks = tokio::time::interval_at(started + every, every);
+    tokio::pin!(handling);
+    loop {
+        tokio::select! {
+            biased;
+            done = &mut handling => return done,
+            at = ticks.tick(), if Instant::now() < until => {
+                if at < until {
+                    for incoming in unit {
+                        executor.in_progress(incoming).await;
+                    }
+                }
+            }
         }
     }
 }

@@ -111,6 +111,12 @@ pub struct Policy {
     pub concurrency: NonZeroUsize,
     /// What an undecodable payload becomes.
     pub undecodable: UndecodablePolicy,
+    /// How long the handler may run on one delivery (or batch) before it is cancelled and the
+    /// delivery treated as `retry()`; `None`: as long as it takes.
+    pub handler_timeout: Option<Duration>,
+    /// How long, at most, the broker tells the server the delivery is still being worked on
+    /// while the handler runs (JetStream: `+WPI` every `ack_wait / 2`); `None`: never.
+    pub progress_until: Option<Duration>,
 }
 
 impl Default for Policy {
@@ -121,6 +127,8 @@ impl Default for Policy {
             retry_to: None,
             concurrency: NonZeroUsize::MIN,
             undecodable: UndecodablePolicy::default(),
+            handler_timeout: None,
+            progress_until: None,
         }
     }
 }
@@ -161,6 +169,9 @@ pub enum Handled {
     Undecodable(String),
     /// The handler panicked; treated as `retry()` under the cap.
     Panicked(String),
+    /// The handler ran past the registration's `handler_timeout` and was cancelled; treated as
+    /// `retry()` under the cap.
+    TimedOut(Duration),
     /// Nothing settles the delivery (a batch whose outcomes did not match its length).
     NoOutcome(String),
     /// The delivery arrived past the cap (an earlier one hung past `ack_wait`, crashed the
@@ -402,6 +413,29 @@ impl<S> Registration<S> {
         self
     }
 
+    /// Cancels the handler when it runs longer than `limit` on one delivery (or one batch), and
+    /// treats the delivery as `retry()` (under the cap, like a panic): a hung handler does not
+    /// hold its slot, nor its message, forever. Shown in `describe`.
+    ///
+    /// Cancelling drops the handler's future at its next `.await`: work it started elsewhere
+    /// (a spawned task, a request already sent) is not undone, so the handler must be safe to
+    /// run again, as every handler of an at-least-once delivery must.
+    pub fn handler_timeout(&mut self, limit: Duration) -> &mut Self {
+        self.policy.handler_timeout = Some(limit);
+        self
+    }
+
+    /// While the handler runs, tells the server the delivery is still being worked on, for at
+    /// most `deadline` after the handler started: on JetStream a `+WPI` every `ack_wait / 2`,
+    /// which restarts the server's `ack_wait` timer, so a handler slower than `ack_wait` is not
+    /// delivered again to another instance while it still runs. Past the deadline the server's
+    /// timer runs again (pair it with [`handler_timeout`](Self::handler_timeout)). Core NATS has
+    /// no such signal: it does nothing there. Shown in `describe`.
+    pub fn progress_until(&mut self, deadline: Duration) -> &mut Self {
+        self.policy.progress_until = Some(deadline);
+        self
+    }
+
     /// Renames the registration (in logs, `describe` and test assertions).
     pub fn name(&mut self, name: impl Into<String>) -> &mut Self {
         self.name = name.into();
@@ -523,7 +557,9 @@ impl Endpoint {
         let facts = self.facts(delivery);
         match handled {
             Handled::Outcome(outcome) => settle::decide(outcome, &facts),
-            Handled::Panicked(_) => settle::decide(&HandlerOutcome::Retry, &facts),
+            Handled::Panicked(_) | Handled::TimedOut(_) => {
+                settle::decide(&HandlerOutcome::Retry, &facts)
+            }
             Handled::Undecodable(_) => settle::decide_undecodable(&facts),
             Handled::NoOutcome(_) => Decision {
                 dead_letter: false,
@@ -535,6 +571,17 @@ impl Endpoint {
                 copy: None,
                 settle: settle::Settle::Nothing,
             }),
+        }
+    }
+
+    /// Runs `handling` within the registration's `handler_timeout`; `Err(limit)` when it ran
+    /// past it (and was cancelled).
+    async fn limited<T>(&self, handling: impl Future<Output = T>) -> Result<T, Duration> {
+        match self.info.policy.handler_timeout {
+            Some(limit) => tokio::time::timeout(limit, handling)
+                .await
+                .map_err(|_| limit),
+            None => Ok(handling.await),
         }
     }
 
@@ -555,13 +602,20 @@ impl Endpoint {
     ) -> (Handled, Decision) {
         let handled = match &self.handler {
             _ if let Some(past_cap) = self.past_cap(delivery) => past_cap,
-            BoundHandler::Single(call) => call(delivery, publisher, &self.name).await,
+            BoundHandler::Single(call) => {
+                match self.limited(call(delivery, publisher, &self.name)).await {
+                    Ok(handled) => handled,
+                    Err(limit) => Handled::TimedOut(limit),
+                }
+            }
             BoundHandler::Batch(call) => {
                 let one = [delivery];
-                call(&one, publisher, &self.name)
-                    .await
-                    .pop()
-                    .unwrap_or_else(|| Handled::NoOutcome("empty batch".into()))
+                match self.limited(call(&one, publisher, &self.name)).await {
+                    Ok(mut handled) => handled
+                        .pop()
+                        .unwrap_or_else(|| Handled::NoOutcome("empty batch".into())),
+                    Err(limit) => Handled::TimedOut(limit),
+                }
             }
         };
         let decision = self.decide(delivery, &handled);
@@ -585,11 +639,19 @@ impl Endpoint {
             .collect();
         let mut ran = match &self.handler {
             _ if run.is_empty() => Vec::new(),
-            BoundHandler::Batch(call) => call(&run, publisher, &self.name).await,
+            BoundHandler::Batch(call) => {
+                match self.limited(call(&run, publisher, &self.name)).await {
+                    Ok(handled) => handled,
+                    Err(limit) => vec![Handled::TimedOut(limit); run.len()],
+                }
+            }
             BoundHandler::Single(call) => {
                 let mut out = Vec::with_capacity(run.len());
                 for d in &run {
-                    out.push(call(d, publisher, &self.name).await);
+                    out.push(match self.limited(call(d, publisher, &self.name)).await {
+                        Ok(handled) => handled,
+                        Err(limit) => Handled::TimedOut(limit),
+                    });
                 }
                 out
             }

@@ -110,6 +110,21 @@ pub fn describe<A: App>(app: &A) -> String {
     out
 }
 
+/// The ack_wait cell, with the handler's timeout and automatic progress when declared.
+fn ack_wait_cell(r: &RegistrationInfo) -> String {
+    let mut cell = r
+        .descriptor
+        .ack_wait
+        .map_or_else(|| "-".to_owned(), |w| format!("{w:?}"));
+    if let Some(deadline) = r.policy.progress_until {
+        let _ = write!(cell, ", progress up to {deadline:?}");
+    }
+    if let Some(limit) = r.policy.handler_timeout {
+        let _ = write!(cell, ", timeout {limit:?}");
+    }
+    cell
+}
+
 fn row(r: &RegistrationInfo) -> [String; 9] {
     let d = &r.descriptor;
     let model = match (d.model, d.wildcard) {
@@ -133,7 +148,7 @@ fn row(r: &RegistrationInfo) -> [String; 9] {
         d.subject.clone(),
         model,
         consumer,
-        d.ack_wait.map_or_else(dash, |w| format!("{w:?}")),
+        ack_wait_cell(r),
         r.policy
             .max_attempts
             .map_or_else(|| "none".to_owned(), |n| n.to_string()),
