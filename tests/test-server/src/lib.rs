@@ -56,6 +56,7 @@
 //! async-nats client: JetStream, streams and consumers as the server reports them, every message
 //! sent to some subjects ([`client::Recorder`]), and waits that poll until something holds.
 
+pub mod child;
 pub mod client;
 pub mod proxy;
 
