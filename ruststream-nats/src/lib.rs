@@ -54,4 +54,6 @@ pub mod guides {
     #[cfg(feature = "testing")]
     #[doc = include_str!("../../docs/testing.md")]
     pub mod testing {}
+    #[doc = include_str!("../../docs/guarantees.md")]
+    pub mod guarantees {}
 }
