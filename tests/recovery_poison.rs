@@ -134,7 +134,16 @@ async fn a_delivery_past_the_cap_is_dead_lettered_without_running_the_handler() 
     // The handler ran on the first two deliveries only.
     let delivered: Vec<_> = handler.seen().iter().map(|s| s.delivered).collect();
     assert_eq!(delivered, [Some(1), Some(2)]);
+    // The stop waits for the two hung handlers: their answers (a retry at the cap would be
+    // another dead letter) are stale, and not sent.
     running.stop().await.expect("a clean stop");
     let delivered: Vec<_> = handler.seen().iter().map(|s| s.delivered).collect();
     assert_eq!(delivered, [Some(1), Some(2)], "never again");
+    let dead = client::stream_messages(&js, STREAM)
+        .await
+        .into_iter()
+        .filter(|m| m.subject.as_str() == "orders.dead")
+        .count();
+    assert_eq!(dead, 1, "one dead letter");
+    assert_eq!(acks.acks(STREAM, "hung"), ["+TERM"]);
 }

@@ -35,7 +35,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use ruststream::settle::DeliveryModel;
+use ruststream::registration::Handled;
+use ruststream::settle::{Decision, DeliveryModel};
 use ruststream::{Delivery, Endpoint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::{JoinError, JoinSet};
@@ -73,11 +74,19 @@ pub(crate) struct Progress {
 
 #[derive(Debug, Default)]
 struct ProgressInner {
-    /// Stream sequences taken and not settled yet (a count: a redelivery can be taken while the
-    /// first delivery still runs).
-    unsettled: BTreeMap<u64, u32>,
+    /// Stream sequences taken and not settled yet.
+    unsettled: BTreeMap<u64, Pending>,
     /// One past the highest stream sequence taken.
     next: Option<u64>,
+}
+
+/// The deliveries of one stream sequence taken and not settled yet.
+#[derive(Debug, Default)]
+struct Pending {
+    /// How many (a redelivery can be taken while an earlier delivery still runs).
+    count: u32,
+    /// The highest delivered count among those already settled.
+    settled: u64,
 }
 
 impl Progress {
@@ -88,20 +97,31 @@ impl Progress {
     /// A delivery of `sequence` was taken for handling.
     pub(crate) fn taken(&self, sequence: u64) {
         let mut inner = self.lock();
-        *inner.unsettled.entry(sequence).or_default() += 1;
+        inner.unsettled.entry(sequence).or_default().count += 1;
         let next = sequence.saturating_add(1);
         inner.next = Some(inner.next.map_or(next, |at| at.max(next)));
     }
 
-    /// A delivery of `sequence` was settled (or given up on).
-    pub(crate) fn settled(&self, sequence: u64) {
+    /// Delivery `delivered` of `sequence` was settled (or given up on).
+    pub(crate) fn settled(&self, sequence: u64, delivered: u64) {
         let mut inner = self.lock();
-        if let Some(count) = inner.unsettled.get_mut(&sequence) {
-            *count -= 1;
-            if *count == 0 {
+        if let Some(pending) = inner.unsettled.get_mut(&sequence) {
+            pending.count = pending.count.saturating_sub(1);
+            pending.settled = pending.settled.max(delivered);
+            if pending.count == 0 {
                 inner.unsettled.remove(&sequence);
             }
         }
+    }
+
+    /// Whether a later delivery of `sequence` than `delivered` was already settled here: this
+    /// one's settlement is stale (the server has moved on; a hung handler that finished after
+    /// its message was dead-lettered past the cap, say).
+    pub(crate) fn superseded(&self, sequence: u64, delivered: u64) -> bool {
+        self.lock()
+            .unsettled
+            .get(&sequence)
+            .is_some_and(|pending| pending.settled > delivered)
     }
 
     /// Where a consumer created again starts: the lowest sequence not settled, or one past the
@@ -402,8 +422,7 @@ impl Source {
                 let dispatch = endpoint.dispatch_batch(&deliveries, &*publisher);
                 let decided = with_progress(&endpoint, &executor, unit, dispatch).await;
                 for (incoming, (handled, decision)) in unit.iter().zip(decided) {
-                    executor.execute(incoming, &handled, &decision).await;
-                    settled(&progress, incoming);
+                    settle(&executor, &progress, incoming, &handled, &decision).await;
                 }
             } else {
                 for incoming in unit {
@@ -415,8 +434,7 @@ impl Source {
                         dispatch,
                     )
                     .await;
-                    executor.execute(incoming, &handled, &decision).await;
-                    settled(&progress, incoming);
+                    settle(&executor, &progress, incoming, &handled, &decision).await;
                 }
             }
         }
@@ -488,10 +506,30 @@ async fn with_progress<T>(
     }
 }
 
-/// `incoming` was settled: it no longer holds the registration's place in its stream.
-fn settled(progress: &Progress, incoming: &Incoming) {
-    if let Some(info) = incoming.delivery.extension::<JetStreamInfo>() {
-        progress.settled(info.stream_sequence);
+/// Executes `decision` for `incoming`, unless a later delivery of the same message was already
+/// settled here; then `incoming` no longer holds the registration's place in its stream.
+async fn settle(
+    executor: &Executor,
+    progress: &Progress,
+    incoming: &Incoming,
+    handled: &Handled,
+    decision: &Decision,
+) {
+    let info = incoming.delivery.extension::<JetStreamInfo>();
+    if let Some(info) = info
+        && progress.superseded(info.stream_sequence, info.delivered)
+    {
+        tracing::debug!(
+            subject = incoming.delivery.subject(),
+            stream_sequence = info.stream_sequence,
+            delivered = info.delivered,
+            "a later delivery of this message was already settled: this one's settlement is stale and not sent"
+        );
+    } else {
+        executor.execute(incoming, handled, decision).await;
+    }
+    if let Some(info) = info {
+        progress.settled(info.stream_sequence, info.delivered);
     }
 }
 
@@ -635,14 +673,17 @@ mod tests {
         progress.taken(5);
         progress.taken(7);
         assert_eq!(progress.resume(), Some(5), "the lowest unsettled");
-        progress.settled(5);
+        progress.settled(5, 1);
         assert_eq!(progress.resume(), Some(7));
         progress.taken(7); // a redelivery while the first still runs
-        progress.settled(7);
+        assert!(!progress.superseded(7, 1));
+        progress.settled(7, 2);
+        assert!(progress.superseded(7, 1), "the later delivery was settled");
         assert_eq!(progress.resume(), Some(7));
-        progress.settled(7);
+        progress.settled(7, 1);
+        assert!(!progress.superseded(7, 1), "forgotten once all are settled");
         assert_eq!(progress.resume(), Some(8), "one past the highest taken");
-        progress.settled(8); // never taken: ignored
+        progress.settled(8, 1); // never taken: ignored
         assert_eq!(progress.resume(), Some(8));
     }
 
