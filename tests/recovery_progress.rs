@@ -75,7 +75,7 @@ async fn a_hung_handler_past_its_timeout_is_a_retry() {
 }
 
 #[test]
-fn describe_shows_the_timeout_and_the_progress() {
+fn describe_shows_the_timeout_the_progress_and_confirmed_acks() {
     let app = RustStream::new(AppInfo::new("slow", "0.1.0")).with_broker(
         NatsBroker::new("nats://127.0.0.1:4222"),
         |b| {
@@ -86,12 +86,13 @@ fn describe_shows_the_timeout_and_the_progress() {
                     .handler(Scripted::always(HandlerOutcome::ack())),
             )
             .progress_until(Duration::from_secs(10))
-            .handler_timeout(Duration::from_secs(12));
+            .handler_timeout(Duration::from_secs(12))
+            .confirm_acks();
         },
     );
     let table = ruststream::app::cli::describe(&app);
     assert!(
-        table.contains("1s, progress up to 10s, timeout 12s"),
+        table.contains("1s, progress up to 10s, timeout 12s, confirmed acks"),
         "{table}"
     );
 }

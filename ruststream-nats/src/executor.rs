@@ -14,6 +14,12 @@ use ruststream::{AckError, Delivery, Headers};
 use crate::copies::Copies;
 use crate::transport::{Transport, TransportError, TransportErrorKind};
 
+/// How many times a confirmed settlement is sent before it is given up on.
+const CONFIRM_TRIES: u32 = 5;
+
+/// The pause between two tries of a confirmed settlement.
+const CONFIRM_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The wire form of `kind`; the common ones without an allocation.
 fn ack_payload(kind: AckKind) -> Bytes {
     match kind {
@@ -42,6 +48,8 @@ pub(crate) struct Executor {
     model: DeliveryModel,
     dead_letter: Option<Arc<str>>,
     copy_target: Option<Arc<str>>,
+    /// Whether settlements wait for the server's confirmation.
+    confirm: bool,
     /// The registration's cap, for the hold after a failed dead letter.
     max_attempts: Option<std::num::NonZeroU32>,
     /// Whether the one warning about Core settlements was logged.
@@ -63,6 +71,7 @@ impl Executor {
             dead_letter: info.policy.dead_letter.as_deref().map(Arc::from),
             copy_target: info.copy_target().map(Arc::from),
             max_attempts: info.policy.max_attempts,
+            confirm: info.policy.confirm_acks && info.descriptor.model == DeliveryModel::JetStream,
             warned_unsupported: AtomicBool::new(false),
         }
     }
@@ -216,12 +225,45 @@ impl Executor {
                 "the delivery has no acknowledgement subject".into(),
             ));
         };
+        if self.confirm {
+            return self.send_confirmed(ack_subject, kind).await;
+        }
         self.transport
             .publish(Arc::clone(ack_subject), Headers::new(), ack_payload(kind))
             .await
             .map_err(|err| AckError::Failed(Box::new(err)))?;
         tracing::trace!(registration = %self.registration, ack = %kind, "settled");
         Ok(())
+    }
+
+    /// Sends `kind` as a request the server answers once it acted on it, again (up to
+    /// [`CONFIRM_TRIES`] times, [`CONFIRM_PAUSE`] apart) until it does.
+    async fn send_confirmed(&self, ack_subject: &Arc<str>, kind: AckKind) -> Result<(), AckError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let confirmed = self
+                .transport
+                .publish_confirmed(Arc::clone(ack_subject), ack_payload(kind))
+                .await;
+            match confirmed {
+                Ok(()) => {
+                    tracing::trace!(registration = %self.registration, ack = %kind, tries, "settled, confirmed");
+                    return Ok(());
+                }
+                Err(err) if tries < CONFIRM_TRIES => {
+                    tracing::warn!(
+                        registration = %self.registration,
+                        ack = %kind,
+                        tries,
+                        %err,
+                        "the server did not confirm the settlement; sending it again"
+                    );
+                    tokio::time::sleep(CONFIRM_PAUSE).await;
+                }
+                Err(err) => return Err(AckError::Failed(Box::new(err))),
+            }
+        }
     }
 
     /// The delivery as it arrived, payload and headers unchanged, to `subject`: stored when a

@@ -117,6 +117,9 @@ pub struct Policy {
     /// How long, at most, the broker tells the server the delivery is still being worked on
     /// while the handler runs (JetStream: `+WPI` every `ack_wait / 2`); `None`: never.
     pub progress_until: Option<Duration>,
+    /// Whether each settlement waits for the server to confirm it (JetStream), and is sent
+    /// again until it does.
+    pub confirm_acks: bool,
 }
 
 impl Default for Policy {
@@ -129,6 +132,7 @@ impl Default for Policy {
             undecodable: UndecodablePolicy::default(),
             handler_timeout: None,
             progress_until: None,
+            confirm_acks: false,
         }
     }
 }
@@ -433,6 +437,18 @@ impl<S> Registration<S> {
     /// no such signal: it does nothing there. Shown in `describe`.
     pub fn progress_until(&mut self, deadline: Duration) -> &mut Self {
         self.policy.progress_until = Some(deadline);
+        self
+    }
+
+    /// Confirmed settlements: each `+ACK`, `-NAK` or `+TERM` is sent as a request the server
+    /// answers once it has acted on it (JetStream's "AckAck"), and is sent again, a few times,
+    /// until it does. A settlement written just before the connection broke is otherwise lost
+    /// without a word, and its message delivered again after `ack_wait`; with this, the runtime
+    /// knows, tries again after the reconnection, and logs a warning when the server never
+    /// confirmed. It costs a round trip per settlement. Core NATS settles nothing: it does
+    /// nothing there. Shown in `describe`.
+    pub fn confirm_acks(&mut self) -> &mut Self {
+        self.policy.confirm_acks = true;
         self
     }
 

@@ -170,6 +170,21 @@ pub trait Transport: Send + Sync + 'static {
     /// pulling from it.
     fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>>;
 
+    /// Publishes a settlement to a JetStream acknowledgement subject as a request, and waits
+    /// for the server's answer: it acted on it ("AckAck").
+    ///
+    /// The default publishes and flushes (a transport without requests cannot know more).
+    fn publish_confirmed(
+        &self,
+        subject: Arc<str>,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            self.publish(subject, Headers::new(), payload).await?;
+            self.flush().await
+        })
+    }
+
     /// [`consume`](Self::consume) again after the pull ended (the consumer vanished): a
     /// consumer that has to be created starts at `start_sequence`, where the registration
     /// stood, and an existing durable goes on from its own position.

@@ -41,6 +41,9 @@ const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(2);
 /// handler: its batch size, when larger). `transport/pull.rs` says how much it actually keeps.
 const PULL_MAX: usize = 256;
 
+/// How long a confirmed settlement waits for the server's answer.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// JetStream's error code for "stream not found".
 const STREAM_NOT_FOUND: u64 = 10059;
 
@@ -370,6 +373,30 @@ impl Transport for NatsTransport {
             )
             .await?;
             Ok(reading(Pumped::Pull(Box::new(puller))))
+        })
+    }
+
+    fn publish_confirmed(
+        &self,
+        subject: Arc<str>,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            let target = async_nats::Subject::from(&*subject);
+            let asked = tokio::time::timeout(CONFIRM_TIMEOUT, self.client.request(target, payload));
+            match asked.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(err)) => Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!("the server did not confirm the settlement on `{subject}`: {err}"),
+                )),
+                Err(_) => Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!(
+                        "the server did not confirm the settlement on `{subject}` within {CONFIRM_TIMEOUT:?}"
+                    ),
+                )),
+            }
         })
     }
 

@@ -122,6 +122,9 @@ fn ack_wait_cell(r: &RegistrationInfo) -> String {
     if let Some(limit) = r.policy.handler_timeout {
         let _ = write!(cell, ", timeout {limit:?}");
     }
+    if r.policy.confirm_acks {
+        cell.push_str(", confirmed acks");
+    }
     cell
 }
 
