@@ -431,10 +431,10 @@ impl Broker for NatsBroker {
                 let reopen: Reopen = {
                     let transport = Arc::clone(&transport);
                     let endpoint = endpoint.clone();
-                    Arc::new(move || {
+                    Arc::new(move |resume| {
                         let transport = Arc::clone(&transport);
                         let endpoint = endpoint.clone();
-                        Box::pin(async move { open(&*transport, &endpoint).await })
+                        Box::pin(async move { open_from(&*transport, &endpoint, resume).await })
                     })
                 };
                 let source = Source {
@@ -446,6 +446,7 @@ impl Broker for NatsBroker {
                     stop: signal.clone(),
                     reopen,
                     batch,
+                    progress: Arc::default(),
                 };
                 sources.push(tokio::spawn(source.run()));
             }
@@ -687,13 +688,27 @@ async fn warn_unstored_dead_letters(transport: &dyn Transport, endpoints: &[Endp
 
 /// Subscribes (Core) or opens the pull consumer (JetStream) of `endpoint`.
 async fn open(transport: &dyn Transport, endpoint: &Endpoint) -> Result<Subscription, Error> {
+    open_from(transport, endpoint, None).await
+}
+
+/// [`open`]; a JetStream consumer that has to be created starts at stream sequence `resume`
+/// when one is given (where the registration stood), not where the descriptor says.
+async fn open_from(
+    transport: &dyn Transport,
+    endpoint: &Endpoint,
+    resume: Option<u64>,
+) -> Result<Subscription, Error> {
     let info = endpoint.info();
     let name = &info.name;
     match info.descriptor.model {
         DeliveryModel::JetStream => {
             let spec = consumer_spec(endpoint);
             let stream = spec.stream.clone();
-            transport.consume(spec).await.map_err(|err| {
+            let consumed = match resume {
+                Some(start_sequence) => transport.resume(spec, start_sequence).await,
+                None => transport.consume(spec).await,
+            };
+            consumed.map_err(|err| {
                 let kind = match err.kind {
                     TransportErrorKind::ConsumerConflict => ErrorKind::Broker,
                     TransportErrorKind::Invalid => ErrorKind::Config,

@@ -81,4 +81,6 @@ pub mod guides {
     #[cfg(feature = "testing")]
     #[doc = include_str!("../../docs/request-reply.md")]
     pub mod request_reply {}
+    #[doc = include_str!("../../docs/guarantees.md")]
+    pub mod guarantees {}
 }

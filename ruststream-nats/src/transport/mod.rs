@@ -240,6 +240,40 @@ pub trait Transport: Send + Sync + 'static {
     /// Gets, creates, or updates (when mutable settings changed) the consumer, and starts
     /// pulling from it.
     fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>>;
+
+    /// Publishes a settlement to a JetStream acknowledgement subject as a request, and waits
+    /// for the server's answer: it acted on it ("AckAck").
+    ///
+    /// The default publishes and flushes (a transport without requests cannot know more).
+    fn settle_confirmed(
+        &self,
+        subject: Arc<str>,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            self.publish(subject, Headers::new(), payload).await?;
+            self.flush().await
+        })
+    }
+
+    /// [`consume`](Self::consume) again after the pull ended (the consumer vanished): a
+    /// consumer that has to be created starts at `start_sequence`, where the registration
+    /// stood, and an existing durable goes on from its own position.
+    ///
+    /// The default starts at `start_sequence`. A transport that can read the stream should not
+    /// when the stream holds fewer messages than that (it was created again, and its sequences
+    /// started over): it then starts where `spec` says.
+    fn resume(
+        &self,
+        spec: ConsumerSpec,
+        start_sequence: u64,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        let spec = ConsumerSpec {
+            deliver_policy: DeliverPolicy::ByStartSequence(start_sequence),
+            ..spec
+        };
+        self.consume(spec)
+    }
 }
 
 /// Stops a subscription or a pull: once it resolves, the stream takes no new messages (the

@@ -42,6 +42,9 @@ const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(2);
 /// handler: its batch size, when larger). `transport/pull.rs` says how much it actually keeps.
 const PULL_MAX: usize = 256;
 
+/// How long a confirmed settlement waits for the server's answer.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// JetStream's error code for "stream not found".
 const STREAM_NOT_FOUND: u64 = 10059;
 
@@ -479,6 +482,77 @@ impl Transport for NatsTransport {
             Ok(reading(Pumped::Pull(Box::new(puller))))
         })
     }
+
+    fn settle_confirmed(
+        &self,
+        subject: Arc<str>,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            let target = async_nats::Subject::from(&*subject);
+            let asked = tokio::time::timeout(CONFIRM_TIMEOUT, self.client.request(target, payload));
+            match asked.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(err)) => Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!("the server did not confirm the settlement on `{subject}`: {err}"),
+                )),
+                Err(_) => Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!(
+                        "the server did not confirm the settlement on `{subject}` within {CONFIRM_TIMEOUT:?}"
+                    ),
+                )),
+            }
+        })
+    }
+
+    fn resume(
+        &self,
+        spec: ConsumerSpec,
+        start_sequence: u64,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async move {
+            let deliver_policy = self.resume_policy(&spec, start_sequence).await;
+            tracing::info!(
+                stream = %spec.stream,
+                consumer = spec.durable.as_deref().unwrap_or("(ephemeral)"),
+                ?deliver_policy,
+                "opening the consumer again from where the registration stood"
+            );
+            self.consume(ConsumerSpec {
+                deliver_policy,
+                ..spec
+            })
+            .await
+        })
+    }
+}
+
+impl NatsTransport {
+    /// Where a consumer opened again starts: at `start_sequence`, unless stream `spec.stream`
+    /// holds fewer messages than that (it was created again and its sequences started over),
+    /// then where `spec` says.
+    async fn resume_policy(&self, spec: &ConsumerSpec, start_sequence: u64) -> DeliverPolicy {
+        let Ok(mut stream) = self.jetstream.get_stream(&spec.stream).await else {
+            // Opening the consumer will say what is wrong.
+            return DeliverPolicy::ByStartSequence(start_sequence);
+        };
+        let last = match stream.info().await {
+            Ok(info) => info.state.last_sequence,
+            Err(_) => return DeliverPolicy::ByStartSequence(start_sequence),
+        };
+        if start_sequence > last.saturating_add(1) {
+            tracing::warn!(
+                stream = %spec.stream,
+                last_sequence = last,
+                start_sequence,
+                "the stream holds fewer messages than where the registration stood (it was created again?): its consumer starts where the descriptor says"
+            );
+            return spec.deliver_policy;
+        }
+        DeliverPolicy::ByStartSequence(start_sequence)
+    }
 }
 
 /// The consumer configuration `spec` asks for. `max_deliver` stays unset: the runtime counts
@@ -523,7 +597,14 @@ fn check_immutable(spec: &ConsumerSpec, current: &consumer::Config) -> Result<()
         ));
     }
     let (wanted, wanted_name) = deliver_policy(spec.deliver_policy);
-    if current.deliver_policy != wanted {
+    // A start sequence is where the runtime created the durable again after it vanished (or
+    // where it asks one created again to start): the deliver policy only says where a new
+    // consumer starts, and an existing one goes on from its own position either way.
+    let resumed = matches!(
+        current.deliver_policy,
+        consumer::DeliverPolicy::ByStartSequence { .. }
+    ) || matches!(spec.deliver_policy, DeliverPolicy::ByStartSequence(_));
+    if current.deliver_policy != wanted && !resumed {
         conflicts.push(format!(
             "deliver policy {:?} (the descriptor asks for {wanted_name})",
             current.deliver_policy

@@ -363,6 +363,9 @@ pub fn describe_json<A: App>(app: &A) -> serde_json::Value {
                 "stream": d.stream,
                 "consumer": d.consumer,
                 "ack_wait_ms": d.ack_wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
+                "handler_timeout_ms": r.policy.handler_timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                "progress_until_ms": r.policy.progress_until.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                "confirm_acks": r.policy.confirm_acks,
                 "max_attempts": r.policy.max_attempts.map(|n| n.get()),
                 "concurrency": r.policy.concurrency.get(),
                 "batch": r.batch,
@@ -407,6 +410,24 @@ fn subject_matches(pattern: &str, subject: &str) -> bool {
     subject.next().is_none()
 }
 
+/// The ack_wait cell, with the handler's timeout and automatic progress when declared.
+fn ack_wait_cell(r: &RegistrationInfo) -> String {
+    let mut cell = r
+        .descriptor
+        .ack_wait
+        .map_or_else(|| "-".to_owned(), |w| format!("{w:?}"));
+    if let Some(deadline) = r.policy.progress_until {
+        let _ = write!(cell, ", progress up to {deadline:?}");
+    }
+    if let Some(limit) = r.policy.handler_timeout {
+        let _ = write!(cell, ", timeout {limit:?}");
+    }
+    if r.policy.confirm_acks {
+        cell.push_str(", confirmed acks");
+    }
+    cell
+}
+
 fn row(r: &RegistrationInfo, streams: &[(String, Vec<String>)]) -> [String; 10] {
     let d = &r.descriptor;
     let model = match (d.model, d.wildcard) {
@@ -438,7 +459,7 @@ fn row(r: &RegistrationInfo, streams: &[(String, Vec<String>)]) -> [String; 10] 
         d.subject.clone(),
         model,
         consumer,
-        d.ack_wait.map_or_else(dash, |w| format!("{w:?}")),
+        ack_wait_cell(r),
         r.policy
             .max_attempts
             .map_or_else(|| "none".to_owned(), |n| n.to_string()),

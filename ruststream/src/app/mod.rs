@@ -190,20 +190,40 @@ impl RunningApp {
 
     /// Drains every broker (stop pulling, finish handlers in flight, settle, flush), then runs
     /// the shutdown hooks.
-    pub async fn stop(self) -> Result<(), Error> {
+    pub async fn stop(mut self) -> Result<(), Error> {
         let mut first_error = None;
-        for broker in self.brokers {
+        let brokers = std::mem::take(&mut self.brokers);
+        let on_shutdown = std::mem::replace(
+            &mut self.on_shutdown,
+            Box::new(|| Box::pin(std::future::ready(Ok(())))),
+        );
+        for broker in brokers {
             if let Err(err) = broker.stop().await {
                 tracing::error!(%err, "a broker did not stop cleanly");
                 first_error.get_or_insert(err);
             }
         }
-        if let Err(err) = (self.on_shutdown)().await {
+        if let Err(err) = on_shutdown().await {
             tracing::error!(%err, "a shutdown hook failed");
             first_error.get_or_insert(err);
         }
         tracing::info!(app = self.info.name(), "stopped");
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Dropped without [`stop`](RunningApp::stop) (a `select!` that cancelled `run_until`, a
+/// panic): the brokers are dropped, and with them their sources, which stop at once without a
+/// drain. Handlers in flight are abandoned, messages pulled and not handled are not released:
+/// JetStream delivers them again after `ack_wait`, Core ones are lost. A warning says so.
+impl Drop for RunningApp {
+    fn drop(&mut self) {
+        if !self.brokers.is_empty() {
+            tracing::warn!(
+                app = self.info.name(),
+                "the running app was dropped without stop(): its brokers stop at once without draining (handlers in flight are abandoned; JetStream delivers their messages again after ack_wait); call `RunningApp::stop` to drain"
+            );
+        }
     }
 }
 

@@ -64,7 +64,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod child;
 pub mod client;
+pub mod proxy;
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
