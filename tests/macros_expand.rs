@@ -625,6 +625,7 @@ fn describe_prints_every_registration_of_the_payments_app() {
             "stream/consumer",
             "ack_wait",
             "cap",
+            "concurrency",
             "dead letter",
             "retry to",
             "replies"
@@ -639,6 +640,7 @@ fn describe_prints_every_registration_of_the_payments_app() {
             "PAYMENTS/capture",
             "60s",
             "none",
+            "1",
             "-",
             "(redelivered)",
             "payments.captured"
@@ -653,12 +655,17 @@ fn describe_prints_every_registration_of_the_payments_app() {
             "-",
             "-",
             "3",
-            "payments.dead",
+            "1",
+            "payments.dead (not in a declared stream)",
             "payments.captured",
             "-"
         ]
     );
-    assert_eq!(lines.len(), 5);
+    assert_eq!(
+        lines[5],
+        "declared streams: none (the app declares nothing; streams it reads must exist)"
+    );
+    assert_eq!(lines.len(), 6);
 }
 
 #[tokio::test]

@@ -13,6 +13,8 @@ struct Model<'a> {
     input: &'a DeriveInput,
     /// The subject the type is published to.
     name: LitStr,
+    /// The fields a subject template fills, in the order of their placeholders.
+    fields: Vec<syn::Ident>,
 }
 
 /// The derive's expansion.
@@ -22,12 +24,12 @@ pub fn expand(input: TokenStream) -> TokenStream {
         Err(err) => return err.to_compile_error(),
     };
     match check(&input) {
-        Ok(model) => generate(&model.input.ident, model.input, &model.name),
+        Ok(model) => generate(&model.input.ident, model.input, &model.name, &model.fields),
         Err(errors) => {
             // The fallback impl keeps uses of the type from adding errors of their own.
             let errors = errors.to_compile_error();
             let subject = LitStr::new("", proc_macro2::Span::call_site());
-            let fallback = generate(&input.ident, &input, &subject);
+            let fallback = generate(&input.ident, &input, &subject, &[]);
             quote!(#errors #fallback)
         }
     }
@@ -38,6 +40,7 @@ fn check(input: &DeriveInput) -> syn::Result<Model<'_>> {
     let ident = &input.ident;
     let example = "`#[outgoing(name = \"orders.created\")]`";
     let mut name: Option<LitStr> = None;
+    let mut fields = Vec::new();
     let mut misread = false;
     for attr in input.attrs.iter().filter(|a| a.path().is_ident("outgoing")) {
         let pairs =
@@ -86,8 +89,17 @@ fn check(input: &DeriveInput) -> syn::Result<Model<'_>> {
                 ));
                 continue;
             }
+            // A template's placeholders each fill a whole token from a field.
+            match template_fields(input, subject) {
+                Ok(found) => fields = found,
+                Err(err) => {
+                    errors.push(err);
+                    name = Some(subject.clone());
+                    continue;
+                }
+            }
             // A message is published to one subject: a valid subject, and no pattern.
-            if let Some(problem) = crate::subject::problem(&subject.value()) {
+            if let Some(problem) = crate::subject::problem(&filled_for_check(&subject.value())) {
                 errors.push(error_at_tokens(subject, problem));
             }
             name = Some(subject.clone());
@@ -107,15 +119,107 @@ fn check(input: &DeriveInput) -> syn::Result<Model<'_>> {
     Ok(Model {
         input,
         name: name.unwrap_or_else(|| LitStr::new("", ident.span())),
+        fields,
     })
 }
 
-fn generate(ident: &syn::Ident, input: &DeriveInput, subject: &LitStr) -> TokenStream {
+/// The template with each placeholder token as a plain token, for the subject check.
+fn filled_for_check(template: &str) -> String {
+    template
+        .split('.')
+        .map(|token| {
+            if token.starts_with('{') && token.ends_with('}') {
+                "x"
+            } else {
+                token
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// The fields the placeholders of `subject` name, in order; an error at the subject when a
+/// placeholder is not a whole token or names no field.
+fn template_fields(input: &DeriveInput, subject: &LitStr) -> syn::Result<Vec<syn::Ident>> {
+    let template = subject.value();
+    if !template.contains(['{', '}']) {
+        return Ok(Vec::new());
+    }
+    let named: Vec<&syn::Ident> = match &input.data {
+        syn::Data::Struct(data) => data
+            .fields
+            .iter()
+            .filter_map(|f| f.ident.as_ref())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut fields = Vec::new();
+    for token in template.split('.') {
+        if !token.contains(['{', '}']) {
+            continue;
+        }
+        let inner = token
+            .strip_prefix('{')
+            .and_then(|t| t.strip_suffix('}'))
+            .filter(|t| !t.contains(['{', '}']) && !t.is_empty());
+        let Some(field) = inner else {
+            return Err(error_at_tokens(
+                subject,
+                format!(
+                    "`{token}` is not a placeholder: a placeholder fills a whole token of the subject with a field, like `orders.{{tenant}}.placed`"
+                ),
+            ));
+        };
+        let Some(ident) = named.iter().find(|i| **i == field) else {
+            let known: Vec<String> = named.iter().map(ToString::to_string).collect();
+            let known = if known.is_empty() {
+                format!("`{}` has no named fields", input.ident)
+            } else {
+                format!("its fields: {}", known.join(", "))
+            };
+            return Err(error_at_tokens(
+                subject,
+                format!(
+                    "`{{{field}}}` names no field of `{}` ({known}); a placeholder is filled from the field of that name",
+                    input.ident
+                ),
+            ));
+        };
+        fields.push((*ident).clone());
+    }
+    Ok(fields)
+}
+
+fn generate(
+    ident: &syn::Ident,
+    input: &DeriveInput,
+    subject: &LitStr,
+    fields: &[syn::Ident],
+) -> TokenStream {
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    // A template is filled from the fields, each value checked to be one token.
+    let fill = (!fields.is_empty()).then(|| {
+        let names = fields.iter().map(ToString::to_string);
+        quote! {
+            fn subject(
+                &self,
+            ) -> ::core::result::Result<
+                ::std::borrow::Cow<'_, str>,
+                ::ruststream::PublishError,
+            > {
+                ::ruststream::__private::fill_subject(
+                    <Self as ::ruststream::Outgoing>::SUBJECT,
+                    &[#((#names, &self.#fields as &dyn ::core::fmt::Display)),*],
+                )
+                .map(::std::borrow::Cow::Owned)
+            }
+        }
+    });
     quote! {
         #[automatically_derived]
         impl #impl_generics ::ruststream::Outgoing for #ident #ty_generics #where_clause {
             const SUBJECT: &'static str = #subject;
+            #fill
         }
     }
 }

@@ -159,6 +159,37 @@ impl Outgoing for Receipt {
     const SUBJECT: &'static str = "bench.receipts";
 }
 
+/// What the confirmed reply scenario publishes per delivery: a stream stores its subject.
+#[derive(Debug, Serialize)]
+struct StoredReceipt {
+    id: u64,
+    accepted: bool,
+}
+
+impl Outgoing for StoredReceipt {
+    const SUBJECT: &'static str = "bench.stored-receipts";
+}
+
+/// The stream storing [`StoredReceipt`]s.
+const RECEIPTS_STREAM: &str = "BENCH_RECEIPTS";
+
+/// What the request/reply responder publishes as an event besides the response.
+#[derive(Debug, Serialize, Deserialize, Outgoing)]
+#[outgoing(name = "bench.rpc.answered")]
+struct Answered {
+    id: u64,
+    accepted: bool,
+}
+
+/// The request/reply responder: answers each order's request with a receipt.
+#[ruststream::subscriber("bench.rpc", reply)]
+async fn answer(order: &Order) -> Result<Answered, HandlerOutcome> {
+    Ok(Answered {
+        id: order.id,
+        accepted: true,
+    })
+}
+
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
@@ -312,6 +343,32 @@ impl Handle<Order, Publisher<Receipt>> for Reply {
         ctx: &mut Context<'_>,
     ) -> Result<(), HandlerOutcome> {
         let receipt = Receipt {
+            id: order.id,
+            accepted: true,
+        };
+        receipts
+            .publish(ctx, &receipt)
+            .await
+            .map_err(|_| HandlerOutcome::retry())?;
+        self.counter.hit(order);
+        Ok(())
+    }
+}
+
+/// Publishes a receipt to a stream for each order (confirmed, with its message id), then
+/// acknowledges it.
+struct StoredReply {
+    counter: Arc<Counter>,
+}
+
+impl Handle<Order, Publisher<StoredReceipt>> for StoredReply {
+    async fn handle(
+        &self,
+        order: &Order,
+        receipts: &Publisher<StoredReceipt>,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let receipt = StoredReceipt {
             id: order.id,
             accepted: true,
         };
@@ -519,6 +576,8 @@ enum Work {
     Ack,
     /// Publish a Core receipt, then acknowledge.
     Reply,
+    /// Publish a receipt to a stream, wait for the stream's acknowledgement, then acknowledge.
+    StoredReply,
     /// Await 1 ms of simulated I/O, then acknowledge.
     Io,
 }
@@ -562,9 +621,12 @@ async fn jetstream_throughput(
             let messages = consumer.messages().await.expect("pulls");
             let c = Arc::clone(&counter);
             let outside = client.clone();
+            let durable_name = durable.to_owned();
             let task = tokio::spawn(async move {
                 let c = &c;
                 let client = &client;
+                let context = &context;
+                let durable_name = &durable_name;
                 // What one message costs: decode, the work, count, acknowledge.
                 let handle = |message: jetstream::Message| async move {
                     let order: Order = serde_json::from_slice(&message.payload).expect("decodes");
@@ -581,6 +643,28 @@ async fn jetstream_throughput(
                             .publish(Receipt::SUBJECT, body)
                             .await
                             .expect("the receipt is sent");
+                    }
+                    if work == Work::StoredReply {
+                        // The same work as RustStream's: a message id derived from the input,
+                        // a stored publish, the stream's acknowledgement awaited.
+                        let info = message.info().expect("a JetStream message");
+                        let id = format!(
+                            "{}:{}:{}:0",
+                            info.stream, info.stream_sequence, durable_name
+                        );
+                        let receipt = StoredReceipt {
+                            id: order.id,
+                            accepted: true,
+                        };
+                        let body = Bytes::from(serde_json::to_vec(&receipt).expect("encodes"));
+                        let mut headers = async_nats::HeaderMap::new();
+                        headers.insert("Nats-Msg-Id", id.as_str());
+                        context
+                            .publish_with_headers(StoredReceipt::SUBJECT, headers, body)
+                            .await
+                            .expect("the receipt is sent")
+                            .await
+                            .expect("the stream stored the receipt");
                     }
                     c.hit(&order);
                     message.ack().await.expect("the ack is sent");
@@ -616,9 +700,13 @@ async fn jetstream_throughput(
         Side::Ours => {
             let descriptor = JetStreamSubject::new(subject, stream_name).durable(durable);
             let counter_for_app = Arc::clone(&counter);
+            let registration_name = durable.to_owned();
             let running = app(url, move |b| {
                 let registration = match work {
                     Work::Reply => b.include(descriptor.handler(Reply {
+                        counter: counter_for_app,
+                    })),
+                    Work::StoredReply => b.include(descriptor.handler(StoredReply {
                         counter: counter_for_app,
                     })),
                     Work::Ack | Work::Io => b.include(descriptor.handler(CountAck {
@@ -627,6 +715,8 @@ async fn jetstream_throughput(
                     })),
                 };
                 registration.concurrency(nonzero(concurrency));
+                // Named after its consumer: each round's receipts get ids of their own.
+                registration.name(registration_name);
             })
             .start(Env::new())
             .await
@@ -762,6 +852,77 @@ async fn latency(
         }
     }
     counter.latencies()
+}
+
+/// Request/reply: a requester on a second connection sends `n` requests one after the other
+/// (each a 512-byte order); the responder decodes the order, publishes an event and answers
+/// with a receipt. Raw: an async-nats subscriber doing that; RustStream: a
+/// `#[subscriber("bench.rpc", reply)]` handler. Counts answered requests per second.
+async fn request_reply(side: Side, url: &str, n: u64) -> Sample {
+    let counter = Counter::new(n, false);
+    let responder = async_nats::connect(url).await.expect("connects");
+    let (task, running) = match side {
+        Side::Raw => {
+            let mut requests = responder.subscribe("bench.rpc").await.expect("subscribed");
+            round_trip(&responder).await;
+            let client = responder.clone();
+            let task = tokio::spawn(async move {
+                while let Some(request) = requests.next().await {
+                    let order: Order = serde_json::from_slice(&request.payload).expect("decodes");
+                    let answered = Answered {
+                        id: order.id,
+                        accepted: true,
+                    };
+                    let body = Bytes::from(serde_json::to_vec(&answered).expect("encodes"));
+                    client
+                        .publish(Answered::SUBJECT, body.clone())
+                        .await
+                        .expect("the event is sent");
+                    if let Some(inbox) = request.reply {
+                        client.publish(inbox, body).await.expect("answered");
+                    }
+                }
+            });
+            (Some(task), None)
+        }
+        Side::Ours => {
+            let running = app(url, |b| {
+                b.include(answer);
+            })
+            .start(Env::new())
+            .await
+            .expect("the app starts");
+            (None, Some(running))
+        }
+    };
+    let c = Arc::clone(&counter);
+    let requester = off_the_books({
+        let url = url.to_owned();
+        move || async move {
+            let client = async_nats::connect(url)
+                .await
+                .expect("the requester connects");
+            let body = payload(0, 0);
+            let order = order(0, 0);
+            for _ in 0..n {
+                let response = client
+                    .request("bench.rpc", body.clone())
+                    .await
+                    .expect("answered");
+                debug_assert!(!response.payload.is_empty());
+                c.hit(&order);
+            }
+        }
+    });
+    counter.wait("request/reply", PATIENCE).await;
+    join(requester);
+    if let Some(task) = task {
+        task.abort();
+    }
+    if let Some(running) = running {
+        running.stop().await.expect("a clean stop");
+    }
+    counter.result()
 }
 
 async fn round_trip(client: &async_nats::Client) {
@@ -905,7 +1066,7 @@ impl Options {
                 "--bench" => {}
                 "--help" | "-h" => {
                     println!(
-                        "throughput [--rounds N] [--messages M] [--quick] [--scenario core|js-ack|js-reply|js-io|latency]... [--side raw|ours] [--concurrency 16,32,64] [--url nats://127.0.0.1:4222]"
+                        "throughput [--rounds N] [--messages M] [--quick] [--scenario core|js-ack|js-reply|js-reply-stored|request|js-io|latency]... [--side raw|ours] [--concurrency 16,32,64] [--url nats://127.0.0.1:4222]"
                     );
                     std::process::exit(0);
                 }
@@ -1039,6 +1200,62 @@ async fn run(options: Options) {
         .await;
         rows.push(Row {
             scenario: format!("{title} ({n} msgs)"),
+            raw,
+            ours,
+        });
+    }
+
+    if options.runs("js-reply-stored") {
+        let key = "js-reply-stored";
+        let title = "JetStream consume and reply to a stream (confirmed, deduplicated)";
+        let n = options.messages(20_000);
+        let stream_name = format!("BENCH_REPLY_STORED_{n}");
+        let subject = format!("bench.{key}.{n}");
+        eprintln!("{title}, {n} messages: filling the stream ...");
+        fill_stream(&js, &stream_name, &subject, n).await;
+        let _ = js.delete_stream(RECEIPTS_STREAM).await;
+        js.create_stream(stream::Config {
+            name: RECEIPTS_STREAM.to_owned(),
+            subjects: vec![StoredReceipt::SUBJECT.to_owned()],
+            storage: stream::StorageType::Memory,
+            ..Default::default()
+        })
+        .await
+        .expect("the receipts stream is created");
+        eprintln!("{title} ...");
+        let (raw, ours) = interleaved(&options, |side, i| {
+            let durable = unique(&format!("{key}-{side:?}-{i}"));
+            let (url, js, stream_name, subject) = (&url, &js, &stream_name, &subject);
+            async move {
+                jetstream_throughput(
+                    side,
+                    url,
+                    js,
+                    stream_name,
+                    subject,
+                    &durable,
+                    n,
+                    Work::StoredReply,
+                    1,
+                    true,
+                )
+                .await
+            }
+        })
+        .await;
+        rows.push(Row {
+            scenario: format!("{title} ({n} msgs)"),
+            raw,
+            ours,
+        });
+    }
+
+    if options.runs("request") {
+        let n = options.messages(20_000);
+        eprintln!("request/reply round trip, {n} requests ...");
+        let (raw, ours) = interleaved(&options, |side, _| request_reply(side, &url, n)).await;
+        rows.push(Row {
+            scenario: format!("Request/reply round trip, one at a time ({n} requests)"),
             raw,
             ours,
         });

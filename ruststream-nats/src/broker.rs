@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use ruststream::broker::Embedded;
 use ruststream::registration::RegistrationInfo;
 use ruststream::settle::DeliveryModel;
 use ruststream::{Broker, Endpoint, Env, Error, ErrorKind, RunningBroker};
@@ -18,6 +19,7 @@ use crate::executor::Executor;
 use crate::options::{Auth, ConnectionOptions, split_credentials};
 use crate::publish::NatsPublisher;
 use crate::running::RunningNatsBroker;
+use crate::settings;
 use crate::source::{Reopen, Source};
 use crate::transport::nats::NatsTransport;
 use crate::transport::{
@@ -201,43 +203,60 @@ impl NatsBroker {
         self
     }
 
-    /// Connects to the server. async-nats is given the servers without credentials, and the
-    /// credentials as options.
-    async fn connect(&self, events: Arc<Events>) -> Result<NatsTransport, Error> {
-        let address = self.url.clone();
-        if let Some(problem) = &self.url_problem {
+    /// Connects to the server at the URL `env` gives (`--url`, `NATS_URL`), else the one in the
+    /// code. async-nats is given the servers without credentials, and the credentials as
+    /// options: an outside URL's credentials replace the code's, its servers without any keep
+    /// the code's way of authenticating.
+    async fn connect(&self, env: &Env, events: Arc<Events>) -> Result<NatsTransport, Error> {
+        let (servers, url_problem, options, from) = match settings::given(env) {
+            Some((split, from)) => {
+                let mut options = self.options.clone();
+                if split.auth.is_some() {
+                    options.auth = split.auth;
+                }
+                (split.servers, split.problem, options, from)
+            }
+            None => (
+                self.servers.clone(),
+                self.url_problem.clone(),
+                self.options.clone(),
+                "the app's code",
+            ),
+        };
+        settings::check_url(&servers, from)?;
+        let address = servers.join(",");
+        if let Some(problem) = url_problem {
             return Err(Error::new(
                 ErrorKind::Config,
-                format!("cannot connect to NATS at {address}: {problem}"),
+                format!("cannot connect to NATS at {address} (URL from {from}): {problem}"),
             ));
         }
-        if self.servers.is_empty() {
-            return Err(Error::new(
-                ErrorKind::Config,
-                "the NATS URL names no server; give one like `nats://localhost:4222`",
-            ));
-        }
-        let mut options = self.options.build(&address).await?;
-        match self.options.subscription_capacity {
+        tracing::info!(address = %address, from, "connecting to NATS (URL from {from})");
+        let mut built = options.build(&address).await?;
+        match options.subscription_capacity {
             Some(0) => {
                 return Err(Error::new(
                     ErrorKind::Config,
                     "`.subscription_capacity(0)` leaves no room for a single message; give at least 1",
                 ));
             }
-            Some(capacity) => options = options.subscription_capacity(capacity),
+            Some(capacity) => built = built.subscription_capacity(capacity),
             None => {}
         }
         let callback = Arc::clone(&events);
-        options = options.event_callback(move |event| {
+        built = built.event_callback(move |event| {
             let events = Arc::clone(&callback);
             async move { events.on_event(event) }
         });
-        let client = options
-            .connect(self.servers.clone())
+        let client = built
+            .connect(servers)
             .await
-            .map_err(|err| connect_error(&address, &self.options, err))?;
-        tracing::info!(address = %address, "connected to NATS");
+            .map_err(|err| connect_error(&address, &options, err))?;
+        let version = client.server_info().version;
+        tracing::info!(address = %address, server_version = %version, "connected to NATS");
+        if let Some(warning) = settings::version_warning(&version) {
+            tracing::warn!(address = %address, "{warning}");
+        }
         Ok(NatsTransport::new(client).with_events(events))
     }
 }
@@ -288,6 +307,38 @@ impl Broker for NatsBroker {
         validate(registrations, &self.streams)
     }
 
+    fn warnings(&self, registrations: &[RegistrationInfo]) -> Vec<String> {
+        crate::validate::warnings(registrations)
+    }
+
+    fn declared_streams(&self) -> Vec<(String, Vec<String>)> {
+        self.streams
+            .iter()
+            .map(|s| (s.name.clone(), s.subjects.clone()))
+            .collect()
+    }
+
+    fn check<'a>(
+        &'a self,
+        registrations: &'a [RegistrationInfo],
+        env: &'a Env,
+    ) -> BoxFuture<'a, Result<Vec<String>, Error>> {
+        Box::pin(async move {
+            let events = Arc::new(Events::new(self.url.clone()));
+            let transport = self.connect(env, events).await?;
+            let (address, from) = match settings::given(env) {
+                Some((split, from)) => (split.servers.join(","), from),
+                None => (self.url.clone(), "the app's code"),
+            };
+            let version = transport.client().server_info().version;
+            let mut done = vec![format!(
+                "connected to nats-server {version} at {address} (URL from {from})"
+            )];
+            done.extend(check_on_server(&transport, registrations, &self.streams).await?);
+            Ok(done)
+        })
+    }
+
     fn start(
         self: Box<Self>,
         endpoints: Vec<Endpoint>,
@@ -311,7 +362,16 @@ impl Broker for NatsBroker {
             let (transport, reports): (Arc<dyn Transport>, bool) =
                 match env.get::<TransportOverride>() {
                     Some(TransportOverride(transport)) => (Arc::clone(transport), false),
-                    None => (Arc::new(self.connect(Arc::clone(&events)).await?), true),
+                    None => match env.get::<Embedded>() {
+                        Some(embedded) => (
+                            start_embedded(embedded, &endpoints, &self.streams).await?,
+                            false,
+                        ),
+                        None => (
+                            Arc::new(self.connect(&env, Arc::clone(&events)).await?),
+                            true,
+                        ),
+                    },
                 };
             for spec in &self.streams {
                 transport
@@ -327,6 +387,9 @@ impl Broker for NatsBroker {
             }
             check_streams(&*transport, &endpoints).await?;
             warn_unstored_dead_letters(&*transport, &endpoints).await;
+            let publisher = Arc::new(NatsPublisher::new(Arc::clone(&transport)));
+            publisher.learn().await;
+            log_outputs(&publisher, &endpoints);
 
             let mut opened: Vec<(Endpoint, Subscription)> = Vec::new();
             for endpoint in endpoints {
@@ -344,7 +407,6 @@ impl Broker for NatsBroker {
             let copies = Arc::new(
                 Copies::new(Arc::clone(&transport)).with_max_waiting(self.max_delayed_copies),
             );
-            let publisher = Arc::new(NatsPublisher::new(Arc::clone(&transport)));
             let (stop, signal) = watch::channel(None);
             if reports {
                 tokio::spawn(Arc::clone(&events).report_until_stopped(signal.clone()));
@@ -369,10 +431,10 @@ impl Broker for NatsBroker {
                 let reopen: Reopen = {
                     let transport = Arc::clone(&transport);
                     let endpoint = endpoint.clone();
-                    Arc::new(move || {
+                    Arc::new(move |resume| {
                         let transport = Arc::clone(&transport);
                         let endpoint = endpoint.clone();
-                        Box::pin(async move { open(&*transport, &endpoint).await })
+                        Box::pin(async move { open_from(&*transport, &endpoint, resume).await })
                     })
                 };
                 let source = Source {
@@ -384,18 +446,179 @@ impl Broker for NatsBroker {
                     stop: signal.clone(),
                     reopen,
                     batch,
+                    progress: Arc::default(),
                 };
                 sources.push(tokio::spawn(source.run()));
             }
-            let running: Box<dyn RunningBroker> = Box::new(RunningNatsBroker {
-                transport,
-                copies,
-                stop,
-                sources,
-                drain_timeout: env.drain_timeout(),
+            let running: Box<dyn RunningBroker> = Box::new(WithPublisher {
+                running: Box::new(RunningNatsBroker {
+                    transport,
+                    copies,
+                    stop,
+                    sources,
+                    drain_timeout: env.drain_timeout(),
+                }),
+                publisher,
             });
             Ok(running)
         })
+    }
+}
+
+/// The embedded NATS in place of a server (`run --embedded`).
+#[cfg(feature = "embedded")]
+async fn start_embedded(
+    embedded: &Embedded,
+    endpoints: &[Endpoint],
+    declared: &[StreamSpec],
+) -> Result<Arc<dyn Transport>, Error> {
+    let infos: Vec<RegistrationInfo> = endpoints.iter().map(|e| e.info().clone()).collect();
+    let nats = crate::embedded::start(embedded, &infos, declared).await?;
+    Ok(Arc::new(nats))
+}
+
+#[cfg(not(feature = "embedded"))]
+async fn start_embedded(
+    _embedded: &Embedded,
+    _endpoints: &[Endpoint],
+    _declared: &[StreamSpec],
+) -> Result<Arc<dyn Transport>, Error> {
+    Err(Error::new(
+        ErrorKind::Config,
+        "this app was built without the embedded NATS; enable the `embedded` feature of ruststream-nats (a default feature) or run without --embedded",
+    ))
+}
+
+/// `check` against the server, changing nothing: every stream a JetStream registration reads
+/// exists or is declared, and every durable consumer that exists agrees with its descriptor.
+async fn check_on_server(
+    transport: &NatsTransport,
+    registrations: &[RegistrationInfo],
+    declared: &[StreamSpec],
+) -> Result<Vec<String>, Error> {
+    let mut done = Vec::new();
+    for info in registrations {
+        if let Some(dead_letter) = info.policy.dead_letter.as_deref() {
+            done.push(match transport.stream_by_subject(dead_letter).await {
+                Ok(Some(stream)) => format!(
+                    "dead letters of registration `{}` go to `{dead_letter}`, stored in stream `{stream}`",
+                    info.name
+                ),
+                Ok(None) => format!(
+                    "dead letters of registration `{}` go to `{dead_letter}`, which no stream stores: each is a Core publish that only a subscriber listening at that moment gets",
+                    info.name
+                ),
+                Err(err) => format!(
+                    "dead letters of registration `{}` go to `{dead_letter}`; whether a stream stores it is unknown: {}",
+                    info.name, err.message
+                ),
+            });
+        }
+        if info.descriptor.model != DeliveryModel::JetStream {
+            continue;
+        }
+        let name = &info.name;
+        let Some(stream) = info.descriptor.stream.as_deref() else {
+            continue;
+        };
+        let exists = transport.stream_exists(stream).await.map_err(|err| {
+            Error::new(
+                ErrorKind::Broker,
+                format!(
+                    "cannot check stream `{stream}` of registration `{name}` (is JetStream enabled on the server?)"
+                ),
+            )
+            .with_source(err)
+        })?;
+        if !exists {
+            if declared.iter().any(|d| d.name == stream) {
+                done.push(format!(
+                    "stream `{stream}` of registration `{name}` does not exist yet; the broker declares it at startup"
+                ));
+                continue;
+            }
+            let subject = &info.descriptor.subject;
+            return Err(Error::new(
+                ErrorKind::Broker,
+                format!(
+                    "registration `{name}` reads stream `{stream}`, which does not exist; create it with `nats stream add {stream} --subjects \"{subject}\"`, or declare it on the broker: `NatsBroker::new(url).declare_stream(\"{stream}\", [\"{subject}\"])`"
+                ),
+            ));
+        }
+        done.push(format!("stream `{stream}` of registration `{name}` exists"));
+        if let Some(durable) = info.descriptor.consumer.as_deref() {
+            let state = transport
+                .check_durable(stream, durable, &info.descriptor.subject)
+                .await
+                .map_err(|err| {
+                    Error::new(
+                        ErrorKind::Broker,
+                        format!(
+                            "registration `{name}` cannot read stream `{stream}`: {}",
+                            err.message
+                        ),
+                    )
+                })?;
+            done.push(format!("registration `{name}`: {state}"));
+        }
+    }
+    Ok(done)
+}
+
+/// A running broker with the publisher `ruststream_nats::NatsClient` reaches it through.
+struct WithPublisher {
+    running: Box<dyn RunningBroker>,
+    publisher: Arc<NatsPublisher>,
+}
+
+impl RunningBroker for WithPublisher {
+    fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
+        self.running.stop()
+    }
+
+    fn publisher(&self) -> Option<Arc<dyn ruststream::Publish>> {
+        Some(Arc::clone(&self.publisher) as Arc<dyn ruststream::Publish>)
+    }
+}
+
+/// Says, for every registration, which of its outputs a stream stores (confirmed and
+/// deduplicated) and which are Core publishes; and warns when a Core retry copy goes to a
+/// subject a stream stores (the stream stores every copy as a new message).
+fn log_outputs(publisher: &NatsPublisher, endpoints: &[Endpoint]) {
+    for endpoint in endpoints {
+        let info = endpoint.info();
+        for subject in &info.publishes {
+            // A template (`orders.{tenant}.placed`): any value of each placeholder.
+            let any: String = subject
+                .split('.')
+                .map(|t| if t.starts_with('{') { "any" } else { t })
+                .collect::<Vec<_>>()
+                .join(".");
+            match publisher.stream_of(&any) {
+                Some(stream) => tracing::info!(
+                    registration = %info.name,
+                    output = subject,
+                    %stream,
+                    "output stored by stream `{stream}`: each publish waits for the stream's acknowledgement, and a redelivered input does not store it twice"
+                ),
+                None => tracing::info!(
+                    registration = %info.name,
+                    output = subject,
+                    "output stored by no stream: a Core publish, not confirmed"
+                ),
+            }
+        }
+        if info.descriptor.model == DeliveryModel::Core
+            && let Some(target) = info.copy_target()
+            && let Some(stream) = publisher.stream_of(target)
+        {
+            tracing::warn!(
+                registration = %info.name,
+                retry_to = target,
+                %stream,
+                "Core retry copies go to `{target}`, which stream `{stream}` stores: the stream keeps every copy as a new message, and every other subscriber sees it; set `.retry_to(\"a.subject.of.its.own\")` to keep copies apart (docs/at-most-once.md)"
+            );
+        }
     }
 }
 
@@ -465,13 +688,27 @@ async fn warn_unstored_dead_letters(transport: &dyn Transport, endpoints: &[Endp
 
 /// Subscribes (Core) or opens the pull consumer (JetStream) of `endpoint`.
 async fn open(transport: &dyn Transport, endpoint: &Endpoint) -> Result<Subscription, Error> {
+    open_from(transport, endpoint, None).await
+}
+
+/// [`open`]; a JetStream consumer that has to be created starts at stream sequence `resume`
+/// when one is given (where the registration stood), not where the descriptor says.
+async fn open_from(
+    transport: &dyn Transport,
+    endpoint: &Endpoint,
+    resume: Option<u64>,
+) -> Result<Subscription, Error> {
     let info = endpoint.info();
     let name = &info.name;
     match info.descriptor.model {
         DeliveryModel::JetStream => {
             let spec = consumer_spec(endpoint);
             let stream = spec.stream.clone();
-            transport.consume(spec).await.map_err(|err| {
+            let consumed = match resume {
+                Some(start_sequence) => transport.resume(spec, start_sequence).await,
+                None => transport.consume(spec).await,
+            };
+            consumed.map_err(|err| {
                 let kind = match err.kind {
                     TransportErrorKind::ConsumerConflict => ErrorKind::Broker,
                     TransportErrorKind::Invalid => ErrorKind::Config,

@@ -8,11 +8,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use ruststream::registration::{Handled, RegistrationInfo};
-use ruststream::settle::{AckKind, Decision, DeliveryModel, Settle};
+use ruststream::settle::{AckKind, Decision, DeliveryModel, Facts, Settle};
 use ruststream::{AckError, Delivery, Headers};
 
 use crate::copies::{Copies, without_server_headers};
 use crate::transport::{Transport, TransportError, TransportErrorKind};
+
+/// How many times a confirmed settlement is sent before it is given up on.
+const CONFIRM_TRIES: u32 = 5;
+
+/// The pause between two tries of a confirmed settlement.
+const CONFIRM_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The wire form of `kind`; the common ones without an allocation.
 fn ack_payload(kind: AckKind) -> Bytes {
@@ -34,6 +40,16 @@ pub(crate) struct Incoming {
 }
 
 /// Executes the decisions of one registration.
+/// How many deliveries of one message make the runtime say that it is looping.
+const LOOPING_DELIVERIES: u64 = 100;
+
+fn is_power_of_ten(mut n: u64) -> bool {
+    while n >= 10 && n.is_multiple_of(10) {
+        n /= 10;
+    }
+    n == 1
+}
+
 pub(crate) struct Executor {
     transport: Arc<dyn Transport>,
     copies: Arc<Copies>,
@@ -42,6 +58,10 @@ pub(crate) struct Executor {
     model: DeliveryModel,
     dead_letter: Option<Arc<str>>,
     copy_target: Option<Arc<str>>,
+    /// Whether settlements wait for the server's confirmation.
+    confirm: bool,
+    /// The registration's cap, for the hold after a failed dead letter.
+    max_attempts: Option<std::num::NonZeroU32>,
     /// Whether the one warning about Core settlements was logged.
     warned_unsupported: AtomicBool,
     /// Whether an undecodable payload's log line quotes the decoder's whole message (which
@@ -63,6 +83,8 @@ impl Executor {
             model: info.descriptor.model,
             dead_letter: info.policy.dead_letter.as_deref().map(Arc::from),
             copy_target: info.copy_target().map(Arc::from),
+            max_attempts: info.policy.max_attempts,
+            confirm: info.policy.confirm_acks && info.descriptor.model == DeliveryModel::JetStream,
             warned_unsupported: AtomicBool::new(false),
             log_payload_values: false,
         }
@@ -95,19 +117,7 @@ impl Executor {
                 .publish_dead_letter(dead_letter, &incoming.delivery)
                 .await
             {
-                let consequence = match self.model {
-                    DeliveryModel::JetStream => {
-                        "the original is not settled: the server delivers it again after ack_wait"
-                    }
-                    DeliveryModel::Core => "the message is lost (Core NATS is at most once)",
-                };
-                tracing::error!(
-                    registration = %self.registration,
-                    subject = incoming.delivery.subject(),
-                    dead_letter = %dead_letter,
-                    %err,
-                    "the dead-letter publish failed; {consequence}"
-                );
+                self.dead_letter_failed(incoming, dead_letter, &err).await;
                 return;
             }
             tracing::info!(
@@ -148,6 +158,67 @@ impl Executor {
         }
     }
 
+    /// The dead-letter publish of `incoming` failed: an error naming the registration, and the
+    /// original held back as `ruststream::settle::decide_dead_letter_failed` says (never
+    /// terminated without its dead letter).
+    async fn dead_letter_failed(
+        &self,
+        incoming: &Incoming,
+        dead_letter: &Arc<str>,
+        err: &TransportError,
+    ) {
+        let mut facts = Facts::jetstream(incoming.delivery.attempt());
+        facts.model = self.model;
+        if let Some(cap) = self.max_attempts {
+            facts = facts.with_cap(cap);
+        }
+        let hold = ruststream::settle::decide_dead_letter_failed(&facts);
+        let consequence = match hold {
+            Settle::Send(AckKind::NakAfter(_)) => {
+                "the original is not terminated: it is held back and comes again for another try (the hold doubles with each try, up to an hour)"
+            }
+            _ => "the message is lost (Core NATS is at most once)",
+        };
+        tracing::error!(
+            registration = %self.registration,
+            subject = incoming.delivery.subject(),
+            dead_letter = %dead_letter,
+            attempt = incoming.delivery.attempt().get(),
+            settle = ?hold,
+            %err,
+            "the dead-letter publish failed; {consequence}"
+        );
+        if let Settle::Send(kind) = hold
+            && let Err(err) = self.send(incoming, kind).await
+        {
+            tracing::warn!(
+                registration = %self.registration,
+                ack = %kind,
+                %err,
+                "holding back the original did not reach the server: it comes again after ack_wait"
+            );
+        }
+    }
+
+    /// Tells the server the delivery is still being worked on (`+WPI`: its `ack_wait` starts
+    /// again). A failure is logged at debug: the next one, or the settlement, follows.
+    pub(crate) async fn in_progress(&self, incoming: &Incoming) {
+        let Some(ack_subject) = &incoming.ack_subject else {
+            return;
+        };
+        if let Err(err) = self
+            .transport
+            .publish(
+                Arc::clone(ack_subject),
+                Headers::new(),
+                Bytes::from_static(b"+WPI"),
+            )
+            .await
+        {
+            tracing::debug!(registration = %self.registration, %err, "a progress signal failed");
+        }
+    }
+
     /// Gives a delivery that was pulled but never handled back to the server at once (`-NAK`),
     /// so that it need not wait for `ack_wait`.
     pub(crate) async fn release(&self, incoming: &Incoming) {
@@ -175,12 +246,45 @@ impl Executor {
                 "the delivery has no acknowledgement subject".into(),
             ));
         };
+        if self.confirm {
+            return self.send_confirmed(ack_subject, kind).await;
+        }
         self.transport
             .publish(Arc::clone(ack_subject), Headers::new(), ack_payload(kind))
             .await
             .map_err(|err| AckError::Failed(Box::new(err)))?;
         tracing::trace!(registration = %self.registration, ack = %kind, "settled");
         Ok(())
+    }
+
+    /// Sends `kind` as a request the server answers once it acted on it, again (up to
+    /// [`CONFIRM_TRIES`] times, [`CONFIRM_PAUSE`] apart) until it does.
+    async fn send_confirmed(&self, ack_subject: &Arc<str>, kind: AckKind) -> Result<(), AckError> {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let confirmed = self
+                .transport
+                .settle_confirmed(Arc::clone(ack_subject), ack_payload(kind))
+                .await;
+            match confirmed {
+                Ok(()) => {
+                    tracing::trace!(registration = %self.registration, ack = %kind, tries, "settled, confirmed");
+                    return Ok(());
+                }
+                Err(err) if tries < CONFIRM_TRIES => {
+                    tracing::warn!(
+                        registration = %self.registration,
+                        ack = %kind,
+                        tries,
+                        %err,
+                        "the server did not confirm the settlement; sending it again"
+                    );
+                    tokio::time::sleep(CONFIRM_PAUSE).await;
+                }
+                Err(err) => return Err(AckError::Failed(Box::new(err))),
+            }
+        }
     }
 
     /// The delivery as it arrived, payload and the user's headers unchanged (the server's
@@ -218,10 +322,11 @@ impl Executor {
         self.transport.flush().await
     }
 
-    /// Core settles nothing: a warning naming the subscription once, then at debug.
+    /// Core settles nothing. `ack()` is what a Core handler says when it is done: correct
+    /// code, at debug. Any other kind: a warning naming the subscription once, then at debug.
     fn unsupported(&self, kind: AckKind) {
         let err = AckError::Unsupported;
-        if self.warned_unsupported.swap(true, Ordering::Relaxed) {
+        if kind == AckKind::Ack || self.warned_unsupported.swap(true, Ordering::Relaxed) {
             tracing::debug!(
                 registration = %self.registration,
                 subject = %self.subject,
@@ -241,6 +346,18 @@ impl Executor {
     }
 
     fn log_handled(&self, delivery: &Delivery, handled: &Handled, decision: &Decision) {
+        // A message delivered over and over (a retry without a cap): said at 100, 1 000, ...
+        let count = delivery
+            .delivered()
+            .unwrap_or_else(|| u64::from(delivery.attempt().get()));
+        if count >= LOOPING_DELIVERIES && is_power_of_ten(count) {
+            tracing::warn!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                deliveries = count,
+                "one message was delivered {count} times; a handler that keeps answering `retry()` without a cap is delivered again forever: add `.max_attempts(..)` at its mount site"
+            );
+        }
         match handled {
             Handled::Outcome(_) => {}
             Handled::Undecodable(error) => tracing::warn!(
@@ -263,6 +380,20 @@ impl Executor {
             ),
             // Logged with its source chain where the handler returned it.
             Handled::Failed(_) => {}
+            Handled::TimedOut(limit) => tracing::error!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                ?limit,
+                attempt = delivery.attempt().get(),
+                "the handler ran past its timeout and was cancelled; treated as retry()"
+            ),
+            Handled::PastCap => tracing::error!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                attempt = delivery.attempt().get(),
+                dead_letter = decision.dead_letter,
+                "the delivery arrived past the cap (an earlier delivery hung past ack_wait, crashed the process, or its dead letter failed): the handler does not run again; it goes to the dead-letter subject when one is declared, and is terminated"
+            ),
             Handled::NoOutcome(reason) => tracing::error!(
                 registration = %self.registration,
                 subject = delivery.subject(),
@@ -501,7 +632,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failed_dead_letter_sends_nothing_else() {
+    async fn a_failed_dead_letter_holds_the_original_back_and_never_terminates_it() {
         let wire = Wire::new(
             || {
                 Err(TransportError::new(
@@ -512,7 +643,13 @@ mod tests {
             Some("DEAD"),
         );
         run(&executor(&wire, DeliveryModel::JetStream, true), &at_cap()).await;
-        assert_eq!(wire.sent(), ["stored dead.orders"]);
+        assert_eq!(
+            wire.sent(),
+            [
+                "stored dead.orders",
+                r#"pub $JS.ACK.S.C.2.1.2.0.0 -NAK {"delay": 1000000000}"#
+            ]
+        );
     }
 
     #[tokio::test]

@@ -5,6 +5,8 @@
 mod broker;
 mod copies;
 pub mod descriptor;
+#[cfg(feature = "embedded")]
+pub mod embedded;
 mod events;
 mod executor;
 #[cfg(test)]
@@ -15,6 +17,7 @@ mod options;
 mod publish;
 mod rate;
 mod running;
+mod settings;
 mod source;
 mod subject;
 #[cfg(feature = "testing")]
@@ -31,6 +34,9 @@ pub use copies::RETRY_COUNT_HEADER;
 pub use descriptor::{CoreSubject, CoreWildcard, DeliverPolicy, JetStreamSubject};
 pub use jetstream_info::JetStreamInfo;
 pub use keys::{JetStream, StreamName, StreamSequence};
+pub use publish::{MSG_ID_HEADER, NatsClient, RELEARN_AFTER, StoredPublish, output_message_id};
+pub use settings::MIN_SERVER_VERSION;
+pub use transport::StoredAck;
 
 /// Every name a NATS service uses, in one glob: `use ruststream_nats::prelude::*;`.
 pub mod prelude {
@@ -58,6 +64,8 @@ pub mod guides {
     pub mod retries_dead_letters {}
     #[doc = include_str!("../../docs/consumers.md")]
     pub mod consumers {}
+    #[doc = include_str!("../../docs/deployment.md")]
+    pub mod deployment {}
     #[doc = include_str!("../../docs/architecture.md")]
     pub mod architecture {}
     #[doc = include_str!("../../docs/security.md")]
@@ -70,4 +78,14 @@ pub mod guides {
     pub mod codecs {}
     #[doc = include_str!("../../docs/middleware.md")]
     pub mod middleware {}
+    #[cfg(feature = "testing")]
+    #[doc = include_str!("../../docs/first-service.md")]
+    pub mod first_service {}
+    #[doc = include_str!("../../docs/publishing.md")]
+    pub mod publishing {}
+    #[cfg(feature = "testing")]
+    #[doc = include_str!("../../docs/request-reply.md")]
+    pub mod request_reply {}
+    #[doc = include_str!("../../docs/guarantees.md")]
+    pub mod guarantees {}
 }

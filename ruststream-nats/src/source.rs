@@ -12,17 +12,31 @@
 //! transport still hands over: a JetStream delivery pulled but not started is released with
 //! `-NAK` (delivered again at once, to whichever instance pulls); a Core message, the only copy
 //! there is, is handled. Then it waits for its handlers in flight until the drain deadline.
+//!
+//! # When the subscription ends
+//!
+//! A subscription ends when its consumer is gone (deleted by an operator, an ephemeral consumer
+//! the server forgot while the link was down, a memory stream lost in a restart) or the
+//! connection closed for good. The source then opens it again, with a pause that doubles from
+//! 250 ms up to 30 s between tries, until it opens or the app stops; a try that fails is logged
+//! as an error from the second one on (the registration handles nothing meanwhile).
+//!
+//! A JetStream consumer opened again starts where the registration stood, never from the start
+//! of the stream: at the lowest stream sequence it took and has not settled yet, or else one
+//! past the highest it took ([`Progress`]); a durable that still exists is used as it is.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use ruststream::settle::DeliveryModel;
+use ruststream::registration::Handled;
+use ruststream::settle::{Decision, DeliveryModel};
 use ruststream::{Delivery, Endpoint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::{JoinError, JoinSet};
@@ -44,9 +58,80 @@ const ERROR_PAUSE: Duration = Duration::from_millis(250);
 const REOPEN_PAUSE: Duration = Duration::from_millis(250);
 const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(30);
 
-/// Opens a registration's subscription again after it ended.
-pub(crate) type Reopen =
-    Arc<dyn Fn() -> BoxFuture<'static, Result<Subscription, ruststream::Error>> + Send + Sync>;
+/// Opens a registration's subscription again after it ended; a JetStream consumer that has to
+/// be created again starts at the stream sequence given, when one is.
+pub(crate) type Reopen = Arc<
+    dyn Fn(Option<u64>) -> BoxFuture<'static, Result<Subscription, ruststream::Error>>
+        + Send
+        + Sync,
+>;
+
+/// Where a JetStream registration stands in its stream: the stream sequences it took and has not
+/// settled yet, and the highest it took.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    inner: Mutex<ProgressInner>,
+}
+
+#[derive(Debug, Default)]
+struct ProgressInner {
+    /// Stream sequences taken and not settled yet.
+    unsettled: BTreeMap<u64, Pending>,
+    /// One past the highest stream sequence taken.
+    next: Option<u64>,
+}
+
+/// The deliveries of one stream sequence taken and not settled yet.
+#[derive(Debug, Default)]
+struct Pending {
+    /// How many (a redelivery can be taken while an earlier delivery still runs).
+    count: u32,
+    /// The highest delivered count among those already settled.
+    settled: u64,
+}
+
+impl Progress {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ProgressInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A delivery of `sequence` was taken for handling.
+    pub(crate) fn taken(&self, sequence: u64) {
+        let mut inner = self.lock();
+        inner.unsettled.entry(sequence).or_default().count += 1;
+        let next = sequence.saturating_add(1);
+        inner.next = Some(inner.next.map_or(next, |at| at.max(next)));
+    }
+
+    /// Delivery `delivered` of `sequence` was settled (or given up on).
+    pub(crate) fn settled(&self, sequence: u64, delivered: u64) {
+        let mut inner = self.lock();
+        if let Some(pending) = inner.unsettled.get_mut(&sequence) {
+            pending.count = pending.count.saturating_sub(1);
+            pending.settled = pending.settled.max(delivered);
+            if pending.count == 0 {
+                inner.unsettled.remove(&sequence);
+            }
+        }
+    }
+
+    /// Whether a later delivery of `sequence` than `delivered` was already settled here: this
+    /// one's settlement is stale (the server has moved on; a hung handler that finished after
+    /// its message was dead-lettered past the cap, say).
+    pub(crate) fn superseded(&self, sequence: u64, delivered: u64) -> bool {
+        self.lock()
+            .unsettled
+            .get(&sequence)
+            .is_some_and(|pending| pending.settled > delivered)
+    }
+
+    /// Where a consumer created again starts: the lowest sequence not settled, or one past the
+    /// highest taken; `None` when nothing was taken yet (the descriptor's deliver policy).
+    pub(crate) fn resume(&self) -> Option<u64> {
+        let inner = self.lock();
+        inner.unsettled.keys().next().copied().or(inner.next)
+    }
+}
 
 /// `None` while running; the drain deadline once the broker is stopping.
 pub(crate) type StopSignal = watch::Receiver<Option<Instant>>;
@@ -62,6 +147,8 @@ pub(crate) struct Source {
     pub(crate) reopen: Reopen,
     /// How many ready messages one handler call takes: 1, or a batch handler's batch size.
     pub(crate) batch: usize,
+    /// Where the registration stands in its stream (JetStream).
+    pub(crate) progress: Arc<Progress>,
 }
 
 impl Source {
@@ -184,6 +271,7 @@ impl Source {
         mut stopped: Pin<&mut impl Future<Output = Instant>>,
     ) -> Option<Instant> {
         let mut pause = REOPEN_PAUSE;
+        let mut tries = 0_u32;
         loop {
             tokio::select! {
                 biased;
@@ -193,7 +281,7 @@ impl Source {
             let reopened = tokio::select! {
                 biased;
                 deadline = stopped.as_mut() => return Some(deadline),
-                reopened = (self.reopen)() => reopened,
+                reopened = (self.reopen)(self.progress.resume()) => reopened,
             };
             match reopened {
                 Ok((messages, unsubscribe)) => {
@@ -204,12 +292,25 @@ impl Source {
                 }
                 Err(err) => {
                     pause = (pause * 2).min(REOPEN_PAUSE_MAX);
-                    tracing::warn!(
-                        registration = self.endpoint.name(),
-                        %err,
-                        retry_in = ?pause,
-                        "cannot subscribe again"
-                    );
+                    tries += 1;
+                    if tries == 1 {
+                        tracing::warn!(
+                            registration = self.endpoint.name(),
+                            %err,
+                            retry_in = ?pause,
+                            "cannot subscribe again"
+                        );
+                    } else {
+                        // Not a blip: the registration handles nothing until this works (a
+                        // deleted stream, JetStream turned off, a server still down).
+                        tracing::error!(
+                            registration = self.endpoint.name(),
+                            %err,
+                            tries,
+                            retry_in = ?pause,
+                            "the registration is not consuming: cannot subscribe again"
+                        );
+                    }
                 }
             }
         }
@@ -314,31 +415,44 @@ impl Source {
         let endpoint = self.endpoint.clone();
         let executor = Arc::clone(&self.executor);
         let publisher = Arc::clone(&self.publisher);
+        let progress = Arc::clone(&self.progress);
         async move {
             let unit = unit.as_slice();
             if endpoint.is_batch() {
                 let deliveries: Vec<&Delivery> = unit.iter().map(|i| &i.delivery).collect();
-                let decided = endpoint.dispatch_batch(&deliveries, &*publisher).await;
+                let dispatch = endpoint.dispatch_batch(&deliveries, &*publisher);
+                let decided = with_progress(&endpoint, &executor, unit, dispatch).await;
                 for (incoming, (handled, decision)) in unit.iter().zip(decided) {
-                    executor.execute(incoming, &handled, &decision).await;
+                    settle(&executor, &progress, incoming, &handled, &decision).await;
                 }
             } else {
                 for incoming in unit {
-                    let (handled, decision) =
-                        endpoint.dispatch(&incoming.delivery, &*publisher).await;
-                    executor.execute(incoming, &handled, &decision).await;
+                    let dispatch = endpoint.dispatch(&incoming.delivery, &*publisher);
+                    let (handled, decision) = with_progress(
+                        &endpoint,
+                        &executor,
+                        std::slice::from_ref(incoming),
+                        dispatch,
+                    )
+                    .await;
+                    settle(&executor, &progress, incoming, &handled, &decision).await;
                 }
             }
         }
     }
 
+    /// A message taken for handling (counted in the registration's [`Progress`]).
     fn incoming(&self, raw: RawMessage) -> Incoming {
-        incoming_capped(
+        let incoming = incoming_capped(
             raw,
             self.endpoint.info().descriptor.model,
             self.endpoint.name(),
             self.endpoint.policy().max_attempts,
-        )
+        );
+        if let Some(info) = incoming.delivery.extension::<JetStreamInfo>() {
+            self.progress.taken(info.stream_sequence);
+        }
+        incoming
     }
 }
 
@@ -354,6 +468,70 @@ impl Unit {
             Self::One(incoming) => std::slice::from_ref(incoming),
             Self::Batch(unit) => unit,
         }
+    }
+}
+
+/// Runs `handling`; while it runs, and for at most the registration's `progress_until`, tells
+/// the server every `ack_wait / 2` that each of `unit` is still being worked on (JetStream
+/// only).
+async fn with_progress<T>(
+    endpoint: &Endpoint,
+    executor: &Executor,
+    unit: &[Incoming],
+    handling: impl Future<Output = T>,
+) -> T {
+    let info = endpoint.info();
+    let (Some(deadline), Some(ack_wait), DeliveryModel::JetStream) = (
+        info.policy.progress_until,
+        info.descriptor.ack_wait,
+        info.descriptor.model,
+    ) else {
+        return handling.await;
+    };
+    let every = (ack_wait / 2).max(Duration::from_millis(10));
+    let started = Instant::now();
+    let until = started + deadline;
+    let mut ticks = tokio::time::interval_at(started + every, every);
+    tokio::pin!(handling);
+    loop {
+        tokio::select! {
+            biased;
+            done = &mut handling => return done,
+            at = ticks.tick(), if Instant::now() < until => {
+                if at < until {
+                    for incoming in unit {
+                        executor.in_progress(incoming).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Executes `decision` for `incoming`, unless a later delivery of the same message was already
+/// settled here; then `incoming` no longer holds the registration's place in its stream.
+async fn settle(
+    executor: &Executor,
+    progress: &Progress,
+    incoming: &Incoming,
+    handled: &Handled,
+    decision: &Decision,
+) {
+    let info = incoming.delivery.extension::<JetStreamInfo>();
+    if let Some(info) = info
+        && progress.superseded(info.stream_sequence, info.delivered)
+    {
+        tracing::debug!(
+            subject = incoming.delivery.subject(),
+            stream_sequence = info.stream_sequence,
+            delivered = info.delivered,
+            "a later delivery of this message was already settled: this one's settlement is stale and not sent"
+        );
+    } else {
+        executor.execute(incoming, handled, decision).await;
+    }
+    if let Some(info) = info {
+        progress.settled(info.stream_sequence, info.delivered);
     }
 }
 
@@ -533,6 +711,27 @@ mod tests {
             Some(10)
         );
         assert!(incoming.ack_subject.is_some());
+    }
+
+    #[test]
+    fn a_consumer_opened_again_starts_where_the_registration_stood() {
+        let progress = Progress::default();
+        assert_eq!(progress.resume(), None, "nothing taken: the deliver policy");
+        progress.taken(5);
+        progress.taken(7);
+        assert_eq!(progress.resume(), Some(5), "the lowest unsettled");
+        progress.settled(5, 1);
+        assert_eq!(progress.resume(), Some(7));
+        progress.taken(7); // a redelivery while the first still runs
+        assert!(!progress.superseded(7, 1));
+        progress.settled(7, 2);
+        assert!(progress.superseded(7, 1), "the later delivery was settled");
+        assert_eq!(progress.resume(), Some(7));
+        progress.settled(7, 1);
+        assert!(!progress.superseded(7, 1), "forgotten once all are settled");
+        assert_eq!(progress.resume(), Some(8), "one past the highest taken");
+        progress.settled(8, 1); // never taken: ignored
+        assert_eq!(progress.resume(), Some(8));
     }
 
     #[test]

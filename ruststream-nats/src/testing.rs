@@ -68,9 +68,17 @@
 //! on the runtime. Each yield lets every task that can run, run, so that state means nothing
 //! can happen until time passes. A handler waiting on a timer counts as settled; a message held
 //! by a `-NAK` delay or waiting for ack_wait does too. An app that never stops changing (a
-//! JetStream `retry()` with no cap, redelivered at once forever) makes `settle` panic after
-//! [`MAX_ROUNDS`] yields, with a message that says so; [`TestApp::try_settle`] returns `false`
-//! instead.
+//! JetStream `retry()` with no cap, redelivered at once forever) makes `settle` panic as soon as
+//! one message was delivered [`LOOP_DELIVERIES`] times (in well under a second), or after
+//! [`MAX_ROUNDS`] yields, with a message that names the registration; [`TestApp::try_settle`]
+//! returns `false` instead.
+//!
+//! # Streams
+//!
+//! [`TestApp::start`] creates the streams the app's JetStream registrations read, so a test
+//! needs no setup. In production the app refuses to start when such a stream is missing and the
+//! broker does not declare it: the test's output says which streams it created that way, and
+//! [`TestApp::streams_created_for_the_test`] lists them.
 //!
 //! The rule assumes the test runs on tokio's current-thread runtime (what `#[tokio::test]`
 //! starts), where one yield lets every other ready task run first.
@@ -90,7 +98,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ruststream::registration::{Handled, RegistrationInfo};
-use ruststream::settle::{Decision, DeliveryModel};
+use ruststream::settle::Decision;
 use ruststream::{
     App, Env, Error, ErrorKind, HandlerOutcome, Handling, Headers, Observer, PublishError,
     PublishErrorKind, RunningApp,
@@ -99,15 +107,23 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use crate::embedded::declare_merged;
+pub use crate::embedded::streams_of;
 pub use crate::transport::RawMessage;
-pub use crate::transport::in_process::{ConsumerFacts, InProcessNats, StoredMessage};
-use crate::transport::{StreamSpec, Transport, TransportOverride};
+pub use crate::transport::in_process::{
+    ConsumerFacts, InProcessNats, MAX_PAYLOAD, StoredMessage, StreamLimits,
+};
+use crate::transport::{Transport, TransportOverride};
 
 /// How many yields in a row must see no change before [`TestApp::settle`] returns.
 pub const QUIET_ROUNDS: u32 = 16;
 
 /// How many yields [`TestApp::settle`] takes before it gives up on an app that keeps changing.
 pub const MAX_ROUNDS: u32 = 100_000;
+
+/// How many deliveries of one message make [`TestApp::settle`] give up at once: the message is
+/// delivered again without end (a `retry()` without a cap).
+pub const LOOP_DELIVERIES: u64 = 1_000;
 
 /// A production app running on NATS emulated in the process.
 ///
@@ -117,6 +133,8 @@ pub struct TestApp {
     recorder: Arc<Recorder>,
     registrations: Vec<RegistrationInfo>,
     running: Mutex<Option<RunningApp>>,
+    /// Streams `start` created that the app's brokers do not declare.
+    undeclared: Vec<String>,
 }
 
 impl std::fmt::Debug for TestApp {
@@ -173,6 +191,8 @@ pub struct DecodeFailure {
 pub struct Recorder {
     seen: Mutex<BTreeMap<String, Vec<HandledDelivery>>>,
     count: AtomicU64,
+    /// The most deliveries of one message seen, and the registration that took it.
+    most: Mutex<(u64, String)>,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -194,6 +214,13 @@ impl Observer for Recorder {
             handled: handling.handled.clone(),
             decision: *handling.decision,
         };
+        let deliveries = record.delivered.unwrap_or(u64::from(record.attempt));
+        {
+            let mut most = self.most.lock().unwrap_or_else(PoisonError::into_inner);
+            if deliveries > most.0 {
+                *most = (deliveries, handling.registration.to_owned());
+            }
+        }
         self.seen
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -208,6 +235,15 @@ impl Recorder {
     /// A recorder that has seen nothing.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The most deliveries (JetStream's delivered count, Core's attempt) one message had, and
+    /// the registration that took it; `(0, "")` before any.
+    pub fn most_deliveries(&self) -> (u64, String) {
+        self.most
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// How many deliveries were handled, over every registration.
@@ -294,7 +330,21 @@ impl TestApp {
     /// As [`start`](Self::start).
     pub async fn start_on<A: App>(app: A, nats: InProcessNats) -> Result<Self, Error> {
         let registrations = app.registrations();
-        declare_streams(&nats, &registrations).await?;
+        let declared: Vec<String> = app.declared_streams().into_iter().map(|(n, _)| n).collect();
+        let created = declare_streams(&nats, &registrations).await?;
+        let undeclared: Vec<String> = created
+            .into_iter()
+            .filter(|name| !declared.contains(name))
+            .collect();
+        if !undeclared.is_empty() {
+            // Said in the test's output: production refuses to start without them.
+            eprintln!(
+                "TestApp: created stream(s) {} in the in-process NATS because the app reads them; \
+                 in production the app refuses to start unless they exist or the broker declares them \
+                 (`NatsBroker::declare_stream`)",
+                undeclared.join(", ")
+            );
+        }
         let recorder = Arc::new(Recorder::default());
         let observer: Arc<dyn Observer> = Arc::clone(&recorder) as Arc<dyn Observer>;
         let env = Env::new()
@@ -306,9 +356,17 @@ impl TestApp {
             recorder,
             registrations,
             running: Mutex::new(Some(running)),
+            undeclared,
         };
         t.settle().await;
         Ok(t)
+    }
+
+    /// The streams [`start`](Self::start) created because the app reads them, though its
+    /// brokers do not declare them: in production they must exist before the app starts (the
+    /// test's output says so too).
+    pub fn streams_created_for_the_test(&self) -> &[String] {
+        &self.undeclared
     }
 
     /// The emulated server, to ask what a test would ask a real one.
@@ -332,6 +390,31 @@ impl TestApp {
         let payload = serde_json::to_vec(value)
             .map_err(|e| PublishError::new(PublishErrorKind::Encode, subject).with_source(e))?;
         self.publish_raw(subject, Headers::new(), payload).await
+    }
+
+    /// A client of the emulated server, as `NatsClient::of(&running)` gives in production:
+    /// confirmed and JetStream publishes, requests.
+    pub fn client(&self) -> crate::NatsClient {
+        crate::NatsClient::new(crate::publish::NatsPublisher::new(Arc::new(
+            self.nats.clone(),
+        )))
+    }
+
+    /// Sends `value` as a Core request to `subject`, as a client would, and decodes the
+    /// response as `R`. The app answers while this waits (no [`settle`](Self::settle) needed).
+    ///
+    /// # Errors
+    ///
+    /// `NoResponders` at once when nobody listens on `subject`, `Timeout` when no response
+    /// came within `timeout` (on tokio's clock: under a paused clock it passes as soon as
+    /// nothing else can run), `Decode` when the response is not an `R`.
+    pub async fn request<T: Serialize + ?Sized, R: DeserializeOwned>(
+        &self,
+        subject: &str,
+        value: &T,
+        timeout: Duration,
+    ) -> Result<R, PublishError> {
+        self.client().request(subject, value, timeout).await
     }
 
     /// Publishes `payload` as it is, with `headers`: for payloads that do not decode, and for
@@ -362,8 +445,18 @@ impl TestApp {
     /// When the app is still changing after [`MAX_ROUNDS`] yields: something redelivers or
     /// publishes forever without waiting (a JetStream `retry()` with no cap, for one).
     pub async fn settle(&self) {
-        assert!(
-            self.try_settle(MAX_ROUNDS).await,
+        if self.settle_rounds(MAX_ROUNDS, true).await {
+            return;
+        }
+        let (most, registration) = self.recorder.most_deliveries();
+        if most >= LOOP_DELIVERIES {
+            panic!(
+                "TestApp::settle: registration `{registration}` took one message {most} times without time passing; \
+                 a handler that retries without a delay and without a cap is delivered again forever: \
+                 give it `max_attempts(..)` or use `retry_after(..)`"
+            );
+        }
+        panic!(
             "TestApp::settle: the app was still changing after {MAX_ROUNDS} yields without time passing; \
              a handler that retries without a delay and without a cap is delivered again forever: \
              give it `max_attempts(..)` or use `retry_after(..)`"
@@ -372,9 +465,21 @@ impl TestApp {
 
     /// [`settle`](Self::settle), giving up after `max_yields` yields: whether the app settled.
     pub async fn try_settle(&self, max_yields: u32) -> bool {
+        self.settle_rounds(max_yields, false).await
+    }
+
+    /// Yields until nothing changed for [`QUIET_ROUNDS`] yields (`true`), at most `max_yields`
+    /// times; with `fail_fast`, gives up as soon as one message was delivered
+    /// [`LOOP_DELIVERIES`] more times meanwhile (it cannot settle: say so now, not after every
+    /// round).
+    async fn settle_rounds(&self, max_yields: u32, fail_fast: bool) -> bool {
         let mut last = self.snapshot();
         let mut quiet = 0;
+        let before = self.recorder.most_deliveries().0;
         for _ in 0..max_yields {
+            if fail_fast && self.recorder.most_deliveries().0 >= before + LOOP_DELIVERIES {
+                return false;
+            }
             tokio::task::yield_now().await;
             let now = self.snapshot();
             if now == last {
@@ -525,50 +630,19 @@ impl TestApp {
     }
 }
 
-/// The streams an app's JetStream descriptors read, each with the subjects they read from it:
-/// what [`TestApp`] declares before it starts the app, and what a live test declares on a real
-/// server.
-pub fn streams_of(registrations: &[RegistrationInfo]) -> Vec<StreamSpec> {
-    let mut streams: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for r in registrations {
-        let d = &r.descriptor;
-        if d.model != DeliveryModel::JetStream {
-            continue;
-        }
-        let Some(stream) = &d.stream else { continue };
-        let subjects = streams.entry(stream.clone()).or_default();
-        if !subjects.contains(&d.subject) {
-            subjects.push(d.subject.clone());
-        }
-    }
-    streams
-        .into_iter()
-        .map(|(name, subjects)| StreamSpec { name, subjects })
-        .collect()
-}
-
 /// Declares every stream the app's JetStream descriptors read, adding their subjects to those
 /// of a stream the emulation already has.
+/// Returns the names of the streams it created.
 async fn declare_streams(
     nats: &InProcessNats,
     registrations: &[RegistrationInfo],
-) -> Result<(), Error> {
-    for mut spec in streams_of(registrations) {
-        if let Some(existing) = nats.stream_subjects(&spec.name) {
-            for subject in existing.into_iter().rev() {
-                if !spec.subjects.contains(&subject) {
-                    spec.subjects.insert(0, subject);
-                }
-            }
+) -> Result<Vec<String>, Error> {
+    let mut created = Vec::new();
+    for spec in streams_of(registrations) {
+        if nats.stream_subjects(&spec.name).is_none() {
+            created.push(spec.name.clone());
         }
-        let name = spec.name.clone();
-        nats.declare_stream(spec).await.map_err(|e| {
-            Error::new(
-                ErrorKind::Broker,
-                format!("the in-process NATS refused stream `{name}`"),
-            )
-            .with_source(e)
-        })?;
+        declare_merged(nats, spec).await?;
     }
-    Ok(())
+    Ok(created)
 }

@@ -23,7 +23,45 @@ pub(crate) fn validate(
     for stream in streams {
         check_stream(stream, &mut problems);
     }
+    check_shared_durables(registrations, &mut problems);
     report(problems)
+}
+
+/// What the broker runs but warns about at startup and in `check`: a registration that can
+/// retry forever.
+pub(crate) fn warnings(registrations: &[RegistrationInfo]) -> Vec<String> {
+    registrations
+        .iter()
+        .filter(|r| r.descriptor.model == DeliveryModel::JetStream && r.policy.max_attempts.is_none())
+        .map(|r| {
+            format!(
+                "registration `{}` has no attempt cap: a message its handler keeps answering `retry()` is delivered again at once, forever; add `.max_attempts(nonzero!(5))` (and a `.dead_letter(..)`) at its mount site",
+                r.name
+            )
+        })
+        .collect()
+}
+
+/// Two registrations of one app on one durable consumer would share its messages and
+/// reconfigure it in turn.
+fn check_shared_durables(registrations: &[RegistrationInfo], problems: &mut Vec<String>) {
+    let mut seen: Vec<(&str, &str, &str)> = Vec::new();
+    for r in registrations {
+        let d = &r.descriptor;
+        let (DeliveryModel::JetStream, Some(stream), Some(durable)) =
+            (d.model, d.stream.as_deref(), d.consumer.as_deref())
+        else {
+            continue;
+        };
+        if let Some((_, _, first)) = seen.iter().find(|(s, c, _)| *s == stream && *c == durable) {
+            problems.push(format!(
+                "registrations `{first}` and `{name}` both read durable consumer `{durable}` of stream `{stream}`; they would share its messages and reconfigure it in turn: give one another `.durable(..)` name",
+                name = r.name
+            ));
+        } else {
+            seen.push((stream, durable, &r.name));
+        }
+    }
 }
 
 /// Checks what only the bound descriptors tell: a `JetStreamSubject`'s own filter subject.
@@ -101,12 +139,16 @@ fn check_registration(r: &RegistrationInfo, problems: &mut Vec<String>) {
             ));
         }
     }
-    if let Some(retry_to) = &r.policy.retry_to
-        && let Some(problem) = subject_problem(retry_to, false)
-    {
-        problems.push(format!(
-            "the retry subject `{retry_to}` of registration `{name}` is not a subject to publish to: {problem}"
-        ));
+    if let Some(retry_to) = &r.policy.retry_to {
+        if let Some(problem) = subject_problem(retry_to, false) {
+            problems.push(format!(
+                "the retry subject `{retry_to}` of registration `{name}` is not a subject to publish to: {problem}"
+            ));
+        } else if r.descriptor.model == DeliveryModel::Core && !matches(subject, retry_to) {
+            problems.push(format!(
+                "registration `{name}` sends its retry copies to `{retry_to}`, which it does not read (`{subject}`): every copy would be lost and the cap and dead letter would never fire; choose a retry subject that `{subject}` matches"
+            ));
+        }
     }
 }
 

@@ -199,26 +199,115 @@ pub fn into_batch_outcome<T: IntoBatchOutcome>(ret: T) -> BatchOutcome {
     ret.into_batch_outcome()
 }
 
-/// Publishes a `reply` handler's value, then acknowledges; a failed publish retries instead.
+/// Publishes a `reply` handler's value to its `#[outgoing]` subject (confirmed when a stream
+/// stores it) and, when the delivery carries a reply inbox (a Core request), to the inbox as
+/// the response; then acknowledges. A failed publish retries instead.
 pub async fn reply<R: Outgoing>(
     ret: Result<R, HandlerOutcome>,
     outs: &Publisher<R>,
     ctx: &Context<'_>,
 ) -> Result<(), HandlerOutcome> {
+    let _ = outs;
     let value = ret?;
-    match outs.publish(ctx, &value).await {
-        Ok(()) => Ok(()),
-        Err(err) => {
+    let failed = |err: &crate::PublishError, to: &str| {
+        // A stream that stays full refuses every attempt: at most one line a second.
+        let suppressed = if err.kind() == crate::PublishErrorKind::NotStored {
+            crate::unconfirmed::log_now()
+        } else {
+            Some(0)
+        };
+        if let Some(suppressed) = suppressed {
             tracing::error!(
                 registration = ctx.registration(),
                 subject = ctx.subject(),
-                reply_to = R::SUBJECT,
+                reply_to = to,
                 %err,
+                suppressed,
                 "the reply was not published; the delivery is not acknowledged and comes back as a retry"
             );
-            Err(HandlerOutcome::retry())
         }
+        HandlerOutcome::retry()
+    };
+    let subject = value.subject().map_err(|err| failed(&err, R::SUBJECT))?;
+    // In the registration's format, with its `content-type`.
+    let output = ctx
+        .encoded(&subject, &value)
+        .map_err(|err| failed(&err, &subject))?;
+    let Some(inbox) = ctx.delivery().reply() else {
+        ctx.publish_raw(output)
+            .await
+            .map_err(|err| failed(&err, &subject))?;
+        return Ok(());
+    };
+    // The response to a Core request: a plain publish to the requester's inbox. After the
+    // output when a stream must confirm it (a refused output sends no response); first
+    // otherwise, since nothing can refuse a Core publish.
+    let mut response = crate::OutboundMessage::new(inbox, output.payload.clone());
+    response.headers = output.headers.clone();
+    if ctx.publisher().confirms(&subject) {
+        ctx.publish_raw(output)
+            .await
+            .map_err(|err| failed(&err, &subject))?;
+        ctx.respond(response)
+            .await
+            .map_err(|err| failed(&err, inbox))?;
+    } else {
+        ctx.respond(response)
+            .await
+            .map_err(|err| failed(&err, inbox))?;
+        ctx.publish_raw(output)
+            .await
+            .map_err(|err| failed(&err, &subject))?;
     }
+    Ok(())
+}
+
+/// Fills the placeholders of a subject template (`orders.{tenant}.placed`) with `values`, in
+/// order; refuses a value that cannot be one token of a subject.
+pub fn fill_subject(
+    template: &'static str,
+    values: &[(&str, &dyn std::fmt::Display)],
+) -> Result<String, crate::PublishError> {
+    let mut values = values.iter();
+    let mut tokens = Vec::new();
+    for token in template.split('.') {
+        if !(token.starts_with('{') && token.ends_with('}')) {
+            tokens.push(token.to_owned());
+            continue;
+        }
+        let Some((field, value)) = values.next() else {
+            return Err(crate::PublishError::new(
+                crate::PublishErrorKind::InvalidSubject,
+                template,
+            )
+            .with_source(format!(
+                "the template `{template}` has more placeholders than values"
+            )));
+        };
+        let value = value.to_string();
+        let problem = if value.is_empty() {
+            Some("it is empty")
+        } else if value.contains('.') {
+            Some("it holds a `.`, which would add tokens")
+        } else if value.contains(['*', '>']) {
+            Some("it holds a wildcard (`*` or `>`)")
+        } else if value.chars().any(char::is_whitespace) {
+            Some("it holds white space")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(crate::PublishError::new(
+                crate::PublishErrorKind::InvalidSubject,
+                template,
+            )
+            .with_source(format!(
+                "field `{field}` is `{value}`, which cannot fill a token of `{template}`: {problem}; nothing was published"
+            )));
+        }
+        tokens.push(value);
+    }
+    Ok(tokens.join("."))
 }
 
 /// A descriptor expression, checked where the user wrote it.

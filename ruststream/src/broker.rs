@@ -24,6 +24,29 @@ pub trait Broker: Send + 'static {
     /// Refuses registrations the broker cannot run, before anything connects.
     fn validate(&self, registrations: &[RegistrationInfo]) -> Result<(), Error>;
 
+    /// The streams the broker declares at startup, as `(name, subjects)`, for `describe`.
+    fn declared_streams(&self) -> Vec<(String, Vec<String>)> {
+        Vec::new()
+    }
+
+    /// What the broker would run but warns about at startup (and `check` prints): a
+    /// registration that can retry forever, say. One sentence each, naming the registration.
+    fn warnings(&self, registrations: &[RegistrationInfo]) -> Vec<String> {
+        let _ = registrations;
+        Vec::new()
+    }
+
+    /// The startup checks that need the server, without changing anything on it (`check`):
+    /// connects and reports, one line each, what it checked. The default checks nothing.
+    fn check<'a>(
+        &'a self,
+        registrations: &'a [RegistrationInfo],
+        env: &'a Env,
+    ) -> BoxFuture<'a, Result<Vec<String>, Error>> {
+        let _ = (registrations, env);
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
     /// Connects, opens every endpoint and starts handing it deliveries.
     fn start(
         self: Box<Self>,
@@ -37,6 +60,12 @@ pub trait RunningBroker: Send {
     /// Stops taking deliveries, lets handlers in flight finish (up to the drain timeout), sends
     /// their settlements, flushes and closes.
     fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>>;
+
+    /// What publishes on this broker from outside a handler (`main`, a startup hook, a test),
+    /// if it offers that. `None` by default.
+    fn publisher(&self) -> Option<std::sync::Arc<dyn crate::Publish>> {
+        None
+    }
 }
 
 /// The environment an app starts in: the drain timeout, an observer for tests, and typed
@@ -106,4 +135,25 @@ impl Env {
     pub fn drain_timeout(&self) -> Duration {
         self.drain_timeout
     }
+}
+
+/// Put into the [`Env`] by the generated `main`: the broker URL from `run --url` or the
+/// `NATS_URL` environment variable, which a broker uses instead of the URL in the code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerUrl {
+    /// The URL, as given (it may carry credentials: never print it as it is).
+    pub url: String,
+    /// Where it came from, for logs and errors: `--url` or `NATS_URL`.
+    pub from: &'static str,
+}
+
+/// Put into the [`Env`] by `run --embedded` (or `RUSTSTREAM_EMBEDDED=1`): the broker
+/// runs on a server inside the process, for development, with nothing persisted (a broker that
+/// cannot refuses to start).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Embedded {
+    /// A file of messages to publish once the app started: one `publish SUBJECT JSON` a line.
+    pub seed: Option<std::path::PathBuf>,
+    /// Whether to read more `publish SUBJECT JSON` lines from standard input.
+    pub stdin: bool,
 }

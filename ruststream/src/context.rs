@@ -3,16 +3,20 @@
 
 use std::any::Any;
 use std::num::NonZeroU32;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
-use crate::codec::{CONTENT_TYPE, Codec, Format};
+use crate::codec::{CONTENT_TYPE, Codec, Format, Json};
 use crate::delivery::{Delivery, Headers, OutboundMessage};
 use crate::error::{PublishError, PublishErrorKind};
 use crate::extract::Rejection;
 use crate::outgoing::Outgoing;
-use crate::publish::Publish;
+use crate::publish::{CORRELATION_ID_HEADER, Origin, Publish};
 
 /// One delivery as its handler sees it.
 ///
@@ -27,6 +31,43 @@ pub struct Context<'a> {
     format: Format,
     /// The handler's own error, with its sources, when it failed with one.
     failed: std::sync::OnceLock<String>,
+    /// How many outputs this handling published (the next one's index).
+    outputs: Outputs,
+    /// The first output a stream did not confirm, and why.
+    unconfirmed: Mutex<Option<String>>,
+}
+
+/// The count of a handling's outputs: its own, or (for a message of a batch) shared by every
+/// context the batch hands out for that message.
+enum Outputs {
+    Own(AtomicU32),
+    Shared(std::sync::Arc<[AtomicU32]>, usize),
+}
+
+impl Outputs {
+    /// The next output's index.
+    fn next(&self) -> u32 {
+        let counter = match self {
+            Self::Own(counter) => counter,
+            Self::Shared(counters, index) => match counters.get(*index) {
+                Some(counter) => counter,
+                None => return 0,
+            },
+        };
+        counter.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// The subject prefixes `publish_to` refuses unless the call opts in
+/// ([`Context::publish_to_reserved`]): the JetStream API, the system account, reply inboxes.
+pub const RESERVED_PREFIXES: [&str; 3] = ["$JS.API.", "$SYS.", "_INBOX."];
+
+/// The reserved prefix `subject` is under (or is, without its dot), if any: what `publish_to`
+/// and requests refuse.
+pub fn reserved_prefix(subject: &str) -> Option<&'static str> {
+    RESERVED_PREFIXES
+        .into_iter()
+        .find(|prefix| subject.starts_with(prefix) || subject == &prefix[..prefix.len() - 1])
 }
 
 impl<'a> Context<'a> {
@@ -44,7 +85,24 @@ impl<'a> Context<'a> {
             registration,
             format: Format::Json,
             failed: std::sync::OnceLock::new(),
+            outputs: Outputs::Own(AtomicU32::new(0)),
+            unconfirmed: Mutex::new(None),
         }
+    }
+
+    /// A context for message `index` of a batch, counting its outputs in `counters[index]`,
+    /// shared by every context of that message.
+    pub(crate) fn for_batch(
+        delivery: &'a Delivery,
+        state: &'a (dyn Any + Send + Sync),
+        publisher: &'a dyn Publish,
+        registration: &'a str,
+        counters: std::sync::Arc<[AtomicU32]>,
+        index: usize,
+    ) -> Self {
+        let mut ctx = Self::new(delivery, state, publisher, registration);
+        ctx.outputs = Outputs::Shared(counters, index);
+        ctx
     }
 
     /// Records that the handler failed with `error` (logged with its source chain) and returns
@@ -89,7 +147,7 @@ impl<'a> Context<'a> {
 
     /// `value` in the registration's format, as a message to `subject` saying its
     /// `content-type`.
-    fn encoded<T: Serialize + ?Sized>(
+    pub(crate) fn encoded<T: Serialize + ?Sized>(
         &self,
         subject: &str,
         value: &T,
@@ -145,6 +203,11 @@ impl<'a> Context<'a> {
         self.state.downcast_ref()
     }
 
+    /// The broker's publisher, for its crate's own publishing API.
+    pub fn publisher(&self) -> &'a dyn Publish {
+        self.publisher
+    }
+
     /// The value of a context key, as `Ctx<K>` gives it.
     pub fn get<K: crate::Key>(&self) -> Result<K::Value, Rejection> {
         K::get(self)
@@ -152,26 +215,152 @@ impl<'a> Context<'a> {
 
     /// Publishes an [`Outgoing`] message to its subject, in the registration's format (JSON
     /// by default) with its `content-type` header.
+    ///
+    /// When a stream stores the subject, this resolves once the stream confirmed the message;
+    /// a refusal or a timeout is an error of kind
+    /// [`PublishErrorKind::NotStored`], and the delivery is then not acknowledged even if the
+    /// handler returns `Ok` (it comes back as a `retry()`). See `docs/publishing.md`.
     pub async fn publish<T: Outgoing>(&self, value: &T) -> Result<(), PublishError> {
-        let message = self.encoded(T::SUBJECT, value)?;
-        self.publisher.publish(message).await
+        let subject = value.subject()?;
+        let message = self.encoded(&subject, value)?;
+        self.publish_raw(message).await
+    }
+
+    /// Publishes an [`Outgoing`] message to its subject with `headers` (added to the
+    /// correlation id the runtime carries over), confirmed like [`Context::publish`].
+    pub async fn publish_with<T: Outgoing>(
+        &self,
+        value: &T,
+        headers: Headers,
+    ) -> Result<(), PublishError> {
+        let subject = value.subject()?;
+        let mut message = self.encoded(&subject, value)?;
+        let mut headers = headers;
+        if crate::codec::content_type_of(&headers).is_none() {
+            headers.insert(CONTENT_TYPE, self.format.content_type());
+        }
+        message.headers = headers;
+        self.publish_raw(message).await
     }
 
     /// Publishes any serializable value to `subject`, in the registration's format (JSON by
-    /// default) with its `content-type` header.
+    /// default) with its `content-type` header, for one-off destinations.
+    ///
+    /// The subject is checked before anything is sent. Subjects under `$JS.API.`, `$SYS.` and
+    /// `_INBOX.` are refused (kind [`PublishErrorKind::Reserved`]): a subject built from
+    /// payload data must not reach the JetStream API. Use
+    /// [`Context::publish_to_reserved`] to publish there on purpose.
     pub async fn publish_to<T: Serialize + ?Sized>(
         &self,
         subject: &str,
         value: &T,
     ) -> Result<(), PublishError> {
+        if let Some(prefix) = reserved_prefix(subject) {
+            return Err(PublishError::new(PublishErrorKind::Reserved, subject).with_source(format!(
+                "`{subject}` is under the reserved prefix `{prefix}`, which `publish_to` refuses; call `publish_to_reserved` if the subject is meant"
+            )));
+        }
+        self.publish_to_reserved(subject, value).await
+    }
+
+    /// [`Context::publish_to`] without the reserved-prefix check: the call opts in to publish
+    /// under `$JS.API.`, `$SYS.` or `_INBOX.`.
+    pub async fn publish_to_reserved<T: Serialize + ?Sized>(
+        &self,
+        subject: &str,
+        value: &T,
+    ) -> Result<(), PublishError> {
         let message = self.encoded(subject, value)?;
+        self.publish_raw(message).await
+    }
+
+    /// Publishes a message as it is (with the input's correlation id when it sets none),
+    /// confirmed like [`Context::publish`] when a stream stores its subject.
+    pub async fn publish_raw(&self, mut message: OutboundMessage) -> Result<(), PublishError> {
+        self.correlate(&mut message);
+        let origin = Origin {
+            delivery: self.delivery,
+            registration: self.registration,
+            output: self.outputs.next(),
+        };
+        let result = self.publisher.publish_output(message, origin).await;
+        if let Err(err) = &result
+            && err.kind() == PublishErrorKind::NotStored
+            && let Ok(mut unconfirmed) = self.unconfirmed.lock()
+            && unconfirmed.is_none()
+        {
+            *unconfirmed = Some(err.to_string());
+        }
+        result
+    }
+
+    /// Sends `value` as a JSON request to `subject` and decodes the response as `R`.
+    ///
+    /// Errors: [`PublishErrorKind::NoResponders`] at once when nobody listens on the subject,
+    /// [`PublishErrorKind::Timeout`] when no response came within `timeout`,
+    /// [`PublishErrorKind::Decode`] when the response is not an `R`.
+    pub async fn request<T: Serialize + ?Sized, R: DeserializeOwned>(
+        &self,
+        subject: &str,
+        value: &T,
+        timeout: Duration,
+    ) -> Result<R, PublishError> {
+        if let Some(prefix) = reserved_prefix(subject) {
+            return Err(
+                PublishError::new(PublishErrorKind::Reserved, subject).with_source(format!(
+                    "`{subject}` is under the reserved prefix `{prefix}`, which a request refuses"
+                )),
+            );
+        }
+        request(self.publisher, subject, value, timeout, |m| {
+            self.correlate(m)
+        })
+        .await
+    }
+
+    /// Sends `message` as the response to the request being handled: a plain publish to the
+    /// requester's inbox (`message.subject`), with the input's correlation id. Not an output:
+    /// no stream stores an inbox.
+    pub async fn respond(&self, mut message: OutboundMessage) -> Result<(), PublishError> {
+        self.correlate(&mut message);
         self.publisher.publish(message).await
     }
 
-    /// Publishes a message as it is.
-    pub async fn publish_raw(&self, message: OutboundMessage) -> Result<(), PublishError> {
-        self.publisher.publish(message).await
+    /// Sets the input's correlation id on `message`, unless it has one.
+    fn correlate(&self, message: &mut OutboundMessage) {
+        if message.headers.get(CORRELATION_ID_HEADER).is_none()
+            && let Some(id) = self.delivery.headers().get(CORRELATION_ID_HEADER)
+        {
+            message.headers.insert(CORRELATION_ID_HEADER, id);
+        }
     }
+
+    /// The first output a stream did not confirm during this handling, and why.
+    pub(crate) fn unconfirmed(&self) -> Option<String> {
+        self.unconfirmed.lock().ok().and_then(|u| u.clone())
+    }
+}
+
+/// Sends `value` as a JSON request to `subject` through `publisher`, decodes the response.
+pub(crate) async fn request<T: Serialize + ?Sized, R: DeserializeOwned>(
+    publisher: &dyn Publish,
+    subject: &str,
+    value: &T,
+    timeout: Duration,
+    prepare: impl FnOnce(&mut OutboundMessage),
+) -> Result<R, PublishError> {
+    let payload = Json
+        .encode(value)
+        .map_err(|e| PublishError::new(PublishErrorKind::Encode, subject).with_source(e))?;
+    let mut message = OutboundMessage::new(subject, payload);
+    prepare(&mut message);
+    let response = publisher.request(message, timeout).await?;
+    Json.decode(&response).map_err(|e| {
+        PublishError::new(PublishErrorKind::Decode, subject).with_source(format!(
+            "the response to the request on `{subject}` is not a `{}`: {e}",
+            std::any::type_name::<R>()
+        ))
+    })
 }
 
 impl std::fmt::Debug for Context<'_> {

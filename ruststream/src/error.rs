@@ -88,13 +88,37 @@ pub enum AckError {
 }
 
 /// Publishing a message failed.
-#[derive(Debug, thiserror::Error)]
-#[error("publishing to `{subject}` failed ({kind:?})")]
+///
+/// Its `Display` says the subject, the kind and the cause, for example: publishing to
+/// `receipts.7` failed (NotStored): stream `RECEIPTS` refused the message: maximum messages
+/// exceeded.
+#[derive(Debug)]
 pub struct PublishError {
     kind: PublishErrorKind,
     subject: String,
-    #[source]
     source: Option<BoxError>,
+}
+
+impl fmt::Display for PublishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "publishing to `{}` failed ({:?})",
+            self.subject, self.kind
+        )?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for PublishError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
 }
 
 /// Why a publish failed.
@@ -107,6 +131,19 @@ pub enum PublishErrorKind {
     Broker,
     /// The subject is not a valid subject to publish to.
     InvalidSubject,
+    /// A stream stores the subject and did not confirm the message: it refused it (full,
+    /// a failed expectation) or did not answer in time. The message may not be stored.
+    NotStored,
+    /// The subject is reserved (`$JS.API.`, `$SYS.`, `_INBOX.`) and the call did not opt in.
+    Reserved,
+    /// Nobody listens on the subject of a request.
+    NoResponders,
+    /// No response came in time.
+    Timeout,
+    /// The response did not decode.
+    Decode,
+    /// The broker cannot do this.
+    Unsupported,
 }
 
 impl PublishError {

@@ -84,6 +84,9 @@ pub struct BatchContext<'a> {
     publisher: &'a dyn crate::Publish,
     registration: &'a str,
     format: crate::codec::Format,
+    /// Each message's output count, shared by every context handed out for it: the ids of
+    /// stored outputs stay distinct.
+    outputs: std::sync::Arc<[std::sync::atomic::AtomicU32]>,
 }
 
 impl<'a> BatchContext<'a> {
@@ -94,12 +97,17 @@ impl<'a> BatchContext<'a> {
         publisher: &'a dyn crate::Publish,
         registration: &'a str,
     ) -> Self {
+        let outputs = deliveries
+            .iter()
+            .map(|_| std::sync::atomic::AtomicU32::new(0))
+            .collect();
         Self {
             deliveries,
             state,
             publisher,
             registration,
             format: crate::codec::Format::Json,
+            outputs,
         }
     }
 
@@ -123,8 +131,15 @@ impl<'a> BatchContext<'a> {
     pub fn context(&self, index: usize) -> Option<Context<'a>> {
         let delivery = self.deliveries.get(index)?;
         Some(
-            Context::new(delivery, self.state, self.publisher, self.registration)
-                .with_format(self.format),
+            Context::for_batch(
+                delivery,
+                self.state,
+                self.publisher,
+                self.registration,
+                std::sync::Arc::clone(&self.outputs),
+                index,
+            )
+            .with_format(self.format),
         )
     }
 
@@ -214,5 +229,61 @@ impl<T: Outgoing> Publisher<T> {
 impl<T: Outgoing + 'static> Outs for Publisher<T> {
     fn subjects() -> Vec<&'static str> {
         vec![T::SUBJECT]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use bytes::Bytes;
+    use futures::future::BoxFuture;
+
+    use super::*;
+    use crate::delivery::OutboundMessage;
+    use crate::publish::Origin;
+
+    /// Records the output index of every publish.
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<(String, u32)>>);
+
+    impl crate::Publish for Recorded {
+        fn publish(&self, _message: OutboundMessage) -> BoxFuture<'_, Result<(), PublishError>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn publish_output<'a>(
+            &'a self,
+            message: OutboundMessage,
+            origin: Origin<'a>,
+        ) -> BoxFuture<'a, Result<(), PublishError>> {
+            self.0
+                .lock()
+                .expect("not poisoned")
+                .push((origin.delivery.subject().to_owned(), origin.output));
+            let _ = message;
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn every_context_of_a_batch_message_counts_its_outputs_once() {
+        let a = Delivery::new("a", Bytes::new());
+        let b = Delivery::new("b", Bytes::new());
+        let publisher = Recorded::default();
+        let batch = BatchContext::new(vec![&a, &b], &(), &publisher, "batch");
+        for index in [0, 0, 1, 0] {
+            let ctx = batch.context(index).expect("a message of the batch");
+            ctx.publish_to("out", &index).await.expect("published");
+        }
+        assert_eq!(
+            *publisher.0.lock().expect("not poisoned"),
+            [
+                ("a".to_owned(), 0),
+                ("a".to_owned(), 1),
+                ("b".to_owned(), 0),
+                ("a".to_owned(), 2)
+            ]
+        );
     }
 }

@@ -11,6 +11,7 @@ mod duration;
 mod error;
 mod extract;
 mod handler;
+mod header;
 pub mod middleware;
 mod outcome;
 mod outgoing;
@@ -18,10 +19,12 @@ mod publish;
 pub mod registration;
 mod router;
 pub mod settle;
+mod unconfirmed;
 
 pub use app::{App, AppInfo, Handling, Observer, RunningApp, RustStream, Scope};
 pub use broker::{Broker, Env, RunningBroker};
 pub use context::Context;
+pub use context::{RESERVED_PREFIXES, reserved_prefix};
 pub use delivery::{Delivery, Extensions, Headers, OutboundMessage};
 pub use duration::{NonZeroDuration, ZeroDuration};
 pub use error::{AckError, BoxError, Error, ErrorKind, PublishError, PublishErrorKind};
@@ -29,9 +32,10 @@ pub use extract::{
     Attempt, Ctx, Delivered, FromContext, FromRef, Key, MessageHeaders, Rejection, State, Subject,
 };
 pub use handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs, Publisher};
+pub use header::{CorrelationId, Header, TypedHeader};
 pub use outcome::HandlerOutcome;
 pub use outgoing::Outgoing;
-pub use publish::Publish;
+pub use publish::{CORRELATION_ID_HEADER, Origin, Publish};
 pub use registration::{Descriptor, Endpoint, Mount, Registration, WithHandler};
 pub use router::Router;
 
@@ -45,6 +49,9 @@ pub mod prelude {
         Handle, HandleBatch, HandlerOutcome, NonZeroDuration, Outgoing, Publisher, RustStream,
         State, Subject, nonzero, subscriber,
     };
+    // `publish_raw` and `TestApp::publish_raw` take headers.
+    pub use crate::Headers;
+    pub use crate::{CorrelationId, Header, TypedHeader};
 }
 
 /// What the macros expand to. Not a public API: it may change in any release.

@@ -1,9 +1,35 @@
 //! The one thing every broker offers the runtime besides deliveries: publishing.
 
+use std::any::Any;
+use std::time::Duration;
+
+use bytes::Bytes;
 use futures::future::BoxFuture;
 
-use crate::delivery::OutboundMessage;
-use crate::error::PublishError;
+use crate::delivery::{Delivery, OutboundMessage};
+use crate::error::{PublishError, PublishErrorKind};
+
+/// The header that carries a correlation id from a handler's input to everything it publishes.
+///
+/// When a delivery carries it, every message its handler publishes (a `reply` value, a
+/// [`Publisher`](crate::Publisher) output, `ctx.publish(..)`, the response to a request) carries
+/// the same value, unless the message sets the header itself.
+pub const CORRELATION_ID_HEADER: &str = "x-correlation-id";
+
+/// The handling an output comes from: which delivery, which registration, and which of the
+/// handler's outputs it is (0 for the first message the handler publishes, 1 for the next...).
+///
+/// A broker uses it to confirm outputs stored by a stream and to give them an id derived from
+/// the input, so that a redelivered input does not store its outputs twice.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    /// The delivery being handled.
+    pub delivery: &'a Delivery,
+    /// The registration handling it.
+    pub registration: &'a str,
+    /// Which output of this handling the message is, counted from 0.
+    pub output: u32,
+}
 
 /// Publishes messages on a broker. Implemented by each broker; the runtime and
 /// [`Context::publish`](crate::Context::publish) use it.
@@ -11,4 +37,48 @@ pub trait Publish: Send + Sync {
     /// Publishes `message`; resolves once the broker has taken it (for a stream subject, once
     /// the stream stored it).
     fn publish(&self, message: OutboundMessage) -> BoxFuture<'_, Result<(), PublishError>>;
+
+    /// Publishes `message` as an output of handling `origin`. A broker that stores outputs
+    /// confirms and deduplicates them here; the default publishes as [`Publish::publish`].
+    fn publish_output<'a>(
+        &'a self,
+        message: OutboundMessage,
+        origin: Origin<'a>,
+    ) -> BoxFuture<'a, Result<(), PublishError>> {
+        let _ = origin;
+        self.publish(message)
+    }
+
+    /// Whether a publish to `subject` waits for a confirmation (a stream stores it, as last
+    /// learned). A `reply` handler answering a request sends the response first when the
+    /// output is not confirmed (nothing can refuse it), and after the confirmed output
+    /// otherwise. `false` by default.
+    fn confirms(&self, subject: &str) -> bool {
+        let _ = subject;
+        false
+    }
+
+    /// The publisher as `Any`, for its broker crate to reach its own API (a NATS JetStream
+    /// publish with expectations, say) from a handler's [`Context`](crate::Context) or a
+    /// [`RunningApp`](crate::RunningApp). `None` by default.
+    fn as_any(&self) -> Option<&(dyn Any + Send + Sync)> {
+        None
+    }
+
+    /// Sends `message` as a request and waits up to `timeout` for one response, whose payload
+    /// it returns. The default cannot: an error of kind
+    /// [`PublishErrorKind::Unsupported`].
+    fn request(
+        &self,
+        message: OutboundMessage,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Bytes, PublishError>> {
+        let _ = timeout;
+        Box::pin(async move {
+            Err(
+                PublishError::new(PublishErrorKind::Unsupported, &*message.subject)
+                    .with_source("this broker does not send requests"),
+            )
+        })
+    }
 }

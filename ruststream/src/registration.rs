@@ -178,6 +178,15 @@ pub struct Policy {
     pub concurrency: NonZeroUsize,
     /// What an undecodable payload becomes.
     pub undecodable: UndecodablePolicy,
+    /// How long the handler may run on one delivery (or batch) before it is cancelled and the
+    /// delivery treated as `retry()`; `None`: as long as it takes.
+    pub handler_timeout: Option<Duration>,
+    /// How long, at most, the broker tells the server the delivery is still being worked on
+    /// while the handler runs (JetStream: `+WPI` every `ack_wait / 2`); `None`: never.
+    pub progress_until: Option<Duration>,
+    /// Whether each settlement waits for the server to confirm it (JetStream), and is sent
+    /// again until it does.
+    pub confirm_acks: bool,
     /// The payload format: `None` until the registration, its broker or the app chose one
     /// (JSON).
     pub codec: Option<Format>,
@@ -195,6 +204,9 @@ impl Default for Policy {
             retry_to: None,
             concurrency: NonZeroUsize::MIN,
             undecodable: UndecodablePolicy::default(),
+            handler_timeout: None,
+            progress_until: None,
+            confirm_acks: false,
             codec: None,
             on_panic: OnFailure::Retry,
             on_error: OnFailure::Retry,
@@ -268,11 +280,18 @@ pub enum Handled {
     /// The handler panicked; settled as the registration's `on_panic` says (`retry()` under
     /// the cap by default).
     Panicked(String),
+    /// The handler ran past the registration's `handler_timeout` and was cancelled; treated as
+    /// `retry()` under the cap.
+    TimedOut(Duration),
     /// The handler returned an `Err` of its own error type (the message is the error and its
     /// sources); settled as the registration's `on_error` says (`retry()` by default).
     Failed(String),
     /// Nothing settles the delivery (a batch whose outcomes did not match its length).
     NoOutcome(String),
+    /// The delivery arrived past the cap (an earlier one hung past `ack_wait`, crashed the
+    /// process, or its dead letter failed); the handler did not run, and
+    /// [`settle::decide_arrival`] says what happens to it.
+    PastCap,
 }
 
 impl Handled {
@@ -390,9 +409,9 @@ impl<S: Send + Sync + 'static> Registration<S> {
             let handler = Arc::clone(&handler);
             let outs = Arc::clone(&outs);
             Box::pin(async move {
-                let input: In = match crate::codec::decode_delivery(codec, delivery) {
+                let input: In = match decode(codec, delivery) {
                     Ok(input) => input,
-                    Err(err) => return Handled::Undecodable(err.to_string()),
+                    Err(undecodable) => return undecodable,
                 };
                 let state: &(dyn Any + Send + Sync) = &*state;
                 let mut ctx = Context::new(delivery, state, publisher, name).with_format(codec);
@@ -430,12 +449,12 @@ impl<S: Send + Sync + 'static> Registration<S> {
                 let mut inputs = Vec::with_capacity(deliveries.len());
                 let mut decoded = Vec::with_capacity(deliveries.len());
                 for (i, delivery) in deliveries.iter().enumerate() {
-                    match crate::codec::decode_delivery::<In>(codec, delivery) {
+                    match decode::<In>(codec, delivery) {
                         Ok(v) => {
                             inputs.push(v);
                             decoded.push(i);
                         }
-                        Err(err) => results[i] = Some(Handled::Undecodable(err.to_string())),
+                        Err(undecodable) => results[i] = Some(undecodable),
                     }
                 }
                 if !inputs.is_empty() {
@@ -538,7 +557,22 @@ fn single_result(
     ctx: &Context<'_>,
 ) -> Handled {
     match ran {
-        Ok(Ok(())) => Handled::Outcome(HandlerOutcome::Ack),
+        Ok(Ok(())) => match ctx.unconfirmed() {
+            // An output a stream did not confirm: the input must come back.
+            Some(reason) => {
+                if let Some(suppressed) = crate::unconfirmed::log_now() {
+                    tracing::error!(
+                        registration = ctx.registration(),
+                        subject = ctx.subject(),
+                        %reason,
+                        suppressed,
+                        "an output stored by a stream was not confirmed; the delivery is not acknowledged and is treated as retry() (at most one such line a second; `suppressed` counts the others)"
+                    );
+                }
+                Handled::Outcome(HandlerOutcome::retry())
+            }
+            None => Handled::Outcome(HandlerOutcome::Ack),
+        },
         Ok(Err(outcome)) => match ctx.failed() {
             Some(error) => Handled::Failed(error.to_owned()),
             None => Handled::Outcome(outcome),
@@ -560,6 +594,22 @@ fn batch_results(outcome: BatchOutcome, len: usize) -> Vec<Handled> {
             );
             vec![Handled::NoOutcome(reason); len]
         }
+    }
+}
+
+/// Decodes `delivery`'s payload; a payload that does not decode, or whose decoding panics (a
+/// custom `Deserialize`), is [`Handled::Undecodable`]: never retried, it would fail the same way.
+fn decode<In: DeserializeOwned>(codec: Format, delivery: &Delivery) -> Result<In, Handled> {
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::codec::decode_delivery(codec, delivery)
+    }));
+    match decoded {
+        Ok(Ok(input)) => Ok(input),
+        Ok(Err(err)) => Err(Handled::Undecodable(err.to_string())),
+        Err(panic) => Err(Handled::Undecodable(format!(
+            "decoding the payload panicked: {}",
+            panic_message(panic.as_ref())
+        ))),
     }
 }
 
@@ -618,6 +668,41 @@ impl<S> Registration<S> {
     /// How many deliveries of this registration are handled at once (1 by default).
     pub fn concurrency(&mut self, handlers: NonZeroUsize) -> &mut Self {
         self.policy.concurrency = handlers;
+        self
+    }
+
+    /// Cancels the handler when it runs longer than `limit` on one delivery (or one batch), and
+    /// treats the delivery as `retry()` (under the cap, like a panic): a hung handler does not
+    /// hold its slot, nor its message, forever. Shown in `describe`.
+    ///
+    /// Cancelling drops the handler's future at its next `.await`: work it started elsewhere
+    /// (a spawned task, a request already sent) is not undone, so the handler must be safe to
+    /// run again, as every handler of an at-least-once delivery must.
+    pub fn handler_timeout(&mut self, limit: Duration) -> &mut Self {
+        self.policy.handler_timeout = Some(limit);
+        self
+    }
+
+    /// While the handler runs, tells the server the delivery is still being worked on, for at
+    /// most `deadline` after the handler started: on JetStream a `+WPI` every `ack_wait / 2`,
+    /// which restarts the server's `ack_wait` timer, so a handler slower than `ack_wait` is not
+    /// delivered again to another instance while it still runs. Past the deadline the server's
+    /// timer runs again (pair it with [`handler_timeout`](Self::handler_timeout)). Core NATS has
+    /// no such signal: it does nothing there. Shown in `describe`.
+    pub fn progress_until(&mut self, deadline: Duration) -> &mut Self {
+        self.policy.progress_until = Some(deadline);
+        self
+    }
+
+    /// Confirmed settlements: each `+ACK`, `-NAK` or `+TERM` is sent as a request the server
+    /// answers once it has acted on it (JetStream's "AckAck"), and is sent again, a few times,
+    /// until it does. A settlement written just before the connection broke is otherwise lost
+    /// without a word, and its message delivered again after `ack_wait`; with this, the runtime
+    /// knows, tries again after the reconnection, and logs a warning when the server never
+    /// confirmed. It costs a round trip per settlement. Core NATS settles nothing: it does
+    /// nothing there. Shown in `describe`.
+    pub fn confirm_acks(&mut self) -> &mut Self {
+        self.policy.confirm_acks = true;
         self
     }
 
@@ -826,13 +911,35 @@ impl Endpoint {
             Handled::Outcome(outcome) => settle::decide(outcome, &facts),
             Handled::Panicked(_) => self.info.policy.on_panic.decide(&facts),
             Handled::Failed(_) => self.info.policy.on_error.decide(&facts),
+            Handled::TimedOut(_) => settle::decide(&HandlerOutcome::Retry, &facts),
             Handled::Undecodable(_) => self.info.policy.undecodable.decide(&facts),
             Handled::NoOutcome(_) => Decision {
                 dead_letter: false,
                 copy: None,
                 settle: settle::Settle::Nothing,
             },
+            Handled::PastCap => settle::decide_arrival(&facts).unwrap_or(Decision {
+                dead_letter: false,
+                copy: None,
+                settle: settle::Settle::Nothing,
+            }),
         }
+    }
+
+    /// Runs `handling` within the registration's `handler_timeout`; `Err(limit)` when it ran
+    /// past it (and was cancelled).
+    async fn limited<T>(&self, handling: impl Future<Output = T>) -> Result<T, Duration> {
+        match self.info.policy.handler_timeout {
+            Some(limit) => tokio::time::timeout(limit, handling)
+                .await
+                .map_err(|_| limit),
+            None => Ok(handling.await),
+        }
+    }
+
+    /// [`Handled::PastCap`] when `delivery` arrived past the cap: its handler must not run.
+    fn past_cap(&self, delivery: &Delivery) -> Option<Handled> {
+        settle::decide_arrival(&self.facts(delivery)).map(|_| Handled::PastCap)
     }
 
     /// Runs the handler on one delivery (panics caught) and decides its settlement.
@@ -846,13 +953,21 @@ impl Endpoint {
         publisher: &dyn Publish,
     ) -> (Handled, Decision) {
         let handled = match &self.handler {
-            BoundHandler::Single(call) => call(delivery, publisher, &self.name).await,
+            _ if let Some(past_cap) = self.past_cap(delivery) => past_cap,
+            BoundHandler::Single(call) => {
+                match self.limited(call(delivery, publisher, &self.name)).await {
+                    Ok(handled) => handled,
+                    Err(limit) => Handled::TimedOut(limit),
+                }
+            }
             BoundHandler::Batch(call) => {
                 let one = [delivery];
-                call(&one, publisher, &self.name)
-                    .await
-                    .pop()
-                    .unwrap_or_else(|| Handled::NoOutcome("empty batch".into()))
+                match self.limited(call(&one, publisher, &self.name)).await {
+                    Ok(mut handled) => handled
+                        .pop()
+                        .unwrap_or_else(|| Handled::NoOutcome("empty batch".into())),
+                    Err(limit) => Handled::TimedOut(limit),
+                }
             }
         };
         let decision = self.decide(delivery, &handled);
@@ -866,16 +981,43 @@ impl Endpoint {
         deliveries: &[&Delivery],
         publisher: &dyn Publish,
     ) -> Vec<(Handled, Decision)> {
-        let handled = match &self.handler {
-            BoundHandler::Batch(call) => call(deliveries, publisher, &self.name).await,
+        // Deliveries past the cap do not reach the handler.
+        let past: Vec<Option<Handled>> = deliveries.iter().map(|d| self.past_cap(d)).collect();
+        let run: Vec<&Delivery> = deliveries
+            .iter()
+            .zip(&past)
+            .filter(|(_, past)| past.is_none())
+            .map(|(d, _)| *d)
+            .collect();
+        let mut ran = match &self.handler {
+            _ if run.is_empty() => Vec::new(),
+            BoundHandler::Batch(call) => {
+                match self.limited(call(&run, publisher, &self.name)).await {
+                    Ok(handled) => handled,
+                    Err(limit) => vec![Handled::TimedOut(limit); run.len()],
+                }
+            }
             BoundHandler::Single(call) => {
-                let mut out = Vec::with_capacity(deliveries.len());
-                for d in deliveries {
-                    out.push(call(d, publisher, &self.name).await);
+                let mut out = Vec::with_capacity(run.len());
+                for d in &run {
+                    out.push(match self.limited(call(d, publisher, &self.name)).await {
+                        Ok(handled) => handled,
+                        Err(limit) => Handled::TimedOut(limit),
+                    });
                 }
                 out
             }
-        };
+        }
+        .into_iter();
+        let handled: Vec<Handled> = past
+            .into_iter()
+            .map(|past| {
+                past.unwrap_or_else(|| {
+                    ran.next()
+                        .unwrap_or_else(|| Handled::NoOutcome("not handled".into()))
+                })
+            })
+            .collect();
         deliveries
             .iter()
             .zip(handled)

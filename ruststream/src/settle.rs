@@ -17,6 +17,12 @@
 //! cap nothing comes back: the delivery goes to the dead-letter subject as it arrived when one is
 //! declared, and the original is then `+TERM`ed (JetStream) or let go (Core). A payload that does
 //! not decode is never retried ([`decide_undecodable`]).
+//!
+//! A JetStream delivery that arrives already past the cap (the server counted more deliveries
+//! than the cap allows: an earlier one hung past `ack_wait`, crashed the process, or its dead
+//! letter could not be published) is not handed to the handler again ([`decide_arrival`]): it
+//! goes to the dead-letter subject when one is declared, and is `+TERM`ed. A poison message
+//! stops there instead of coming back forever.
 
 use std::fmt;
 use std::num::NonZeroU32;
@@ -157,6 +163,27 @@ impl Facts {
         Self {
             attempt: self.attempt.saturating_add(1),
             ..self
+        }
+    }
+
+    /// Whether this delivery is past the cap: a cap is declared and `attempt` is over it. Only a
+    /// JetStream delivery can be (the server counts deliveries; the runtime stops sending Core
+    /// copies at the cap).
+    ///
+    /// ```
+    /// use ruststream::settle::Facts;
+    /// use std::num::NonZeroU32;
+    ///
+    /// let cap = NonZeroU32::new(2).expect("2 is not zero");
+    /// let second = Facts::jetstream(cap).with_cap(cap);
+    /// assert!(second.is_at_cap() && !second.is_past_cap());
+    /// assert!(second.redelivered().is_past_cap());
+    /// ```
+    #[must_use]
+    pub const fn is_past_cap(&self) -> bool {
+        match self.max_attempts {
+            Some(cap) => self.attempt.get() > cap.get(),
+            None => false,
         }
     }
 
@@ -314,6 +341,87 @@ pub const fn decide_undecodable(facts: &Facts) -> Decision {
         dead_letter: facts.dead_letter,
         copy: None,
         settle,
+    }
+}
+
+/// Decides, before the handler runs, whether a delivery should run it at all: `Some` for a
+/// JetStream delivery that arrives past the cap (see [`Facts::is_past_cap`]), which goes to the
+/// dead-letter subject when one is declared and is then `+TERM`ed, without the handler running
+/// again; `None` for every other delivery (it runs the handler, and [`decide`] says what
+/// follows).
+///
+/// A Core delivery is never decided here: its attempt comes from a header any publisher can
+/// write, and the runtime never copies a message past the cap.
+///
+/// ```
+/// use ruststream::settle::{AckKind, Facts, Settle, decide_arrival};
+/// use std::num::NonZeroU32;
+///
+/// let cap = NonZeroU32::new(2).expect("2 is not zero");
+/// let second = Facts::jetstream(cap).with_cap(cap).with_dead_letter();
+/// assert_eq!(decide_arrival(&second), None);
+///
+/// let third = decide_arrival(&second.redelivered()).expect("past the cap");
+/// assert!(third.is_dead_letter());
+/// assert_eq!(third.settle, Settle::Send(AckKind::Term));
+/// ```
+#[must_use]
+pub const fn decide_arrival(facts: &Facts) -> Option<Decision> {
+    match facts.model {
+        DeliveryModel::JetStream if facts.is_past_cap() => Some(Decision {
+            dead_letter: facts.dead_letter,
+            copy: None,
+            settle: Settle::Send(AckKind::Term),
+        }),
+        _ => None,
+    }
+}
+
+/// The first hold of a JetStream original whose dead letter failed, at the cap; it doubles with
+/// each delivery after that, up to [`DEAD_LETTER_HOLD_MAX`].
+pub const DEAD_LETTER_HOLD_FIRST: Duration = Duration::from_secs(1);
+
+/// The longest hold of a JetStream original whose dead letter keeps failing.
+pub const DEAD_LETTER_HOLD_MAX: Duration = Duration::from_secs(3600);
+
+/// What to tell the server about the original when its dead-letter publish failed.
+///
+/// Never `+TERM`: the message would then exist nowhere. A JetStream original is held back with
+/// `-NAK {"delay": ..}` and delivered again after it (past the cap, so straight to another
+/// dead-letter try, see [`decide_arrival`]): 1 s for the delivery at the cap, doubling with each
+/// delivery after it, up to an hour. A dead-letter stream that refuses for good then costs one
+/// try an hour instead of one per `ack_wait`, and nothing is lost: the original waits in its
+/// stream until the dead letter goes through. A Core message is lost (Core NATS is at most
+/// once).
+///
+/// ```
+/// use ruststream::settle::{AckKind, Facts, Settle, decide_dead_letter_failed};
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+///
+/// let cap = NonZeroU32::new(2).expect("2 is not zero");
+/// let at_cap = Facts::jetstream(cap).with_cap(cap).with_dead_letter();
+/// let hold = |facts: &Facts| decide_dead_letter_failed(facts);
+/// assert_eq!(hold(&at_cap), Settle::Send(AckKind::NakAfter(Duration::from_secs(1))));
+/// assert_eq!(
+///     hold(&at_cap.redelivered().redelivered()),
+///     Settle::Send(AckKind::NakAfter(Duration::from_secs(4)))
+/// );
+/// ```
+#[must_use]
+pub fn decide_dead_letter_failed(facts: &Facts) -> Settle {
+    match facts.model {
+        DeliveryModel::JetStream => {
+            // Deliveries since the cap (an undecodable payload has no cap: since the first).
+            let first = facts.max_attempts.map_or(1, NonZeroU32::get);
+            let tries = facts.attempt.get().saturating_sub(first);
+            let factor = 1_u32 << tries.min(12);
+            let hold = DEAD_LETTER_HOLD_FIRST
+                .saturating_mul(factor)
+                .min(DEAD_LETTER_HOLD_MAX);
+            Settle::Send(AckKind::NakAfter(hold))
+        }
+        DeliveryModel::Core => Settle::Nothing,
     }
 }
 

@@ -350,12 +350,24 @@ pub fn value_type_in_ctx(ty: &Type) -> Option<&Type> {
     is_standard(value).then_some(value)
 }
 
-/// Whether `ty` is a standard type (a tuple, a primitive, `String`, `Option<..>`...).
+/// Whether `ty` is a standard type (a tuple, a primitive, `String`, `Option<..>` of a standard
+/// type...). `Option<T>` of a type of ours or the user's (`Option<Header<Tenant>>`) can be an
+/// extractor, so only an `Option` of a standard type counts.
 fn is_standard(ty: &Type) -> bool {
     match strip(ty) {
         Type::Tuple(_) => true,
-        Type::Path(_) => {
-            last_ident(ty).is_some_and(|ident| STANDARD_TYPES.contains(&ident.as_str()))
+        Type::Path(path) => {
+            let Some(ident) = last_ident(ty) else {
+                return false;
+            };
+            if ident == "Option"
+                && let Some(syn::PathArguments::AngleBracketed(args)) =
+                    path.path.segments.last().map(|s| &s.arguments)
+                && let Some(syn::GenericArgument::Type(inner)) = args.args.first()
+            {
+                return is_standard(inner);
+            }
+            STANDARD_TYPES.contains(&ident.as_str())
         }
         _ => false,
     }

@@ -21,6 +21,7 @@ use super::JetStreamOnly;
 pub struct CoreSubject {
     subject: String,
     queue_group: Option<String>,
+    retry_to: Option<String>,
 }
 
 impl CoreSubject {
@@ -29,7 +30,32 @@ impl CoreSubject {
         Self {
             subject: subject.into(),
             queue_group: None,
+            retry_to: None,
         }
+    }
+
+    /// Publishes retry copies to `subject` instead of this one.
+    ///
+    /// By default a copy goes back to the subject read, so every other subscriber of that
+    /// subject (other services, other queue groups, a stream storing it) sees each retry as a
+    /// new message. A subject of its own keeps retries apart; something must read it (another
+    /// registration, or this handler mounted on it too). A `.retry_to(..)` at the mount site
+    /// wins over this one. See `docs/at-most-once.md`.
+    ///
+    /// ```
+    /// use ruststream_nats::CoreSubject;
+    ///
+    /// let notices = CoreSubject::new("orders.shipped").retry_to("orders.shipped.retry");
+    /// assert_eq!(notices.retry_target(), "orders.shipped.retry");
+    /// ```
+    pub fn retry_to(mut self, subject: impl Into<String>) -> Self {
+        self.retry_to = Some(subject.into());
+        self
+    }
+
+    /// Where a retry copy goes: the `retry_to` subject, else the subject read.
+    pub fn retry_target(&self) -> &str {
+        self.retry_to.as_deref().unwrap_or(&self.subject)
     }
 
     /// Shares the subject with the other members of queue group `name`: each message goes to
@@ -81,8 +107,8 @@ impl CoreSubject {
 
 impl Descriptor for CoreSubject {
     fn info(&self) -> DescriptorInfo {
-        let mut info =
-            DescriptorInfo::new(DeliveryModel::Core, &self.subject).with_copy_target(&self.subject);
+        let mut info = DescriptorInfo::new(DeliveryModel::Core, &self.subject)
+            .with_copy_target(self.retry_target());
         info.queue_group = self.queue_group.clone();
         info.kind = "CoreSubject";
         info

@@ -8,7 +8,7 @@
 //! (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>`),
 //! exactly as on a real server, so both transports parse and settle the same way.
 
-#[cfg(feature = "testing")]
+#[cfg(feature = "embedded")]
 pub(crate) mod in_process;
 pub mod nats;
 mod pull;
@@ -60,8 +60,27 @@ pub enum TransportErrorKind {
     Invalid,
     /// An existing consumer conflicts with the descriptor in a way that cannot be updated.
     ConsumerConflict,
+    /// A stream stores the subject and refused the message (limits with `discard: new`, a
+    /// failed `Nats-Expected-*` check, a message too large).
+    Refused,
+    /// Nobody listens on a request's subject.
+    NoResponders,
+    /// The server (or the responder) did not answer in time.
+    TimedOut,
     /// Anything else the server or the connection reported.
     Other,
+}
+
+/// A stream's acknowledgement of a stored publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAck {
+    /// The stream that stored the message.
+    pub stream: String,
+    /// Its sequence in the stream (for a duplicate, the first copy's).
+    pub sequence: u64,
+    /// Whether the stream had already stored a message with the same `Nats-Msg-Id` within its
+    /// duplicate window, and dropped this one.
+    pub duplicate: bool,
 }
 
 impl TransportError {
@@ -131,6 +150,58 @@ pub trait Transport: Send + Sync + 'static {
         payload: Bytes,
     ) -> BoxFuture<'_, Result<u64, TransportError>>;
 
+    /// Publishes to a stream and returns the stream's acknowledgement: which stream, which
+    /// sequence, whether it was a duplicate. `NoStream` when no stream stores the subject,
+    /// `Refused` when the stream refused it, `TimedOut` when it did not answer.
+    ///
+    /// The default asks [`Transport::publish_stored`] and cannot tell the stream's name nor a
+    /// duplicate.
+    fn publish_confirmed(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        Box::pin(async move {
+            let sequence = self.publish_stored(subject, headers, payload).await?;
+            Ok(StoredAck {
+                stream: String::new(),
+                sequence,
+                duplicate: false,
+            })
+        })
+    }
+
+    /// Every stream and the subjects it stores: how the runtime learns, once at startup and
+    /// again from time to time, which outputs are stored. The default does not know (an
+    /// error), and every output is then a Core publish.
+    fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
+        Box::pin(async {
+            Err(TransportError::new(
+                TransportErrorKind::Other,
+                "this transport cannot list streams",
+            ))
+        })
+    }
+
+    /// Sends a Core request and waits up to `timeout` for the first response.
+    /// `NoResponders` at once when nobody listens, `TimedOut` when nobody answered in time.
+    fn request(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<RawMessage, TransportError>> {
+        let _ = (headers, payload, timeout);
+        Box::pin(async move {
+            Err(TransportError::new(
+                TransportErrorKind::Other,
+                format!("this transport cannot send a request to `{subject}`"),
+            ))
+        })
+    }
+
     /// Waits until everything published so far reached the server.
     fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>>;
 
@@ -169,6 +240,40 @@ pub trait Transport: Send + Sync + 'static {
     /// Gets, creates, or updates (when mutable settings changed) the consumer, and starts
     /// pulling from it.
     fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>>;
+
+    /// Publishes a settlement to a JetStream acknowledgement subject as a request, and waits
+    /// for the server's answer: it acted on it ("AckAck").
+    ///
+    /// The default publishes and flushes (a transport without requests cannot know more).
+    fn settle_confirmed(
+        &self,
+        subject: Arc<str>,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            self.publish(subject, Headers::new(), payload).await?;
+            self.flush().await
+        })
+    }
+
+    /// [`consume`](Self::consume) again after the pull ended (the consumer vanished): a
+    /// consumer that has to be created starts at `start_sequence`, where the registration
+    /// stood, and an existing durable goes on from its own position.
+    ///
+    /// The default starts at `start_sequence`. A transport that can read the stream should not
+    /// when the stream holds fewer messages than that (it was created again, and its sequences
+    /// started over): it then starts where `spec` says.
+    fn resume(
+        &self,
+        spec: ConsumerSpec,
+        start_sequence: u64,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        let spec = ConsumerSpec {
+            deliver_policy: DeliverPolicy::ByStartSequence(start_sequence),
+            ..spec
+        };
+        self.consume(spec)
+    }
 }
 
 /// Stops a subscription or a pull: once it resolves, the stream takes no new messages (the

@@ -29,7 +29,7 @@ use tokio::sync::oneshot;
 
 use super::pull::{Lookahead, Puller};
 use super::{
-    ConsumerSpec, RawMessage, StreamSpec, Subscription, Transport, TransportError,
+    ConsumerSpec, RawMessage, StoredAck, StreamSpec, Subscription, Transport, TransportError,
     TransportErrorKind, Unsubscribe,
 };
 use crate::descriptor::DeliverPolicy;
@@ -41,6 +41,9 @@ const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(2);
 /// The most messages a registration of single messages keeps ahead of its handlers (a batch
 /// handler: its batch size, when larger). `transport/pull.rs` says how much it actually keeps.
 const PULL_MAX: usize = 256;
+
+/// How long a confirmed settlement waits for the server's answer.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// JetStream's error code for "stream not found".
 const STREAM_NOT_FOUND: u64 = 10059;
@@ -213,6 +216,9 @@ impl Transport for NatsTransport {
                     async_nats::client::PublishErrorKind::InvalidSubject => {
                         TransportErrorKind::Invalid
                     }
+                    async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
+                        TransportErrorKind::Refused
+                    }
                     _ => TransportErrorKind::Other,
                 };
                 TransportError::new(kind, format!("publishing to `{subject}` failed: {err}"))
@@ -236,6 +242,88 @@ impl Transport for NatsTransport {
                 .await
                 .map_err(|err| stored_publish_error(&subject, &err))?;
             Ok(ack.sequence)
+        })
+    }
+
+    fn publish_confirmed(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        Box::pin(async move {
+            let headers = to_header_map(&headers)?;
+            let ack = self
+                .jetstream
+                .publish_with_headers(subject.to_string(), headers, payload)
+                .await
+                .map_err(|err| stored_publish_error(&subject, &err))?
+                .await
+                .map_err(|err| stored_publish_error(&subject, &err))?;
+            Ok(StoredAck {
+                stream: ack.stream,
+                sequence: ack.sequence,
+                duplicate: ack.duplicate,
+            })
+        })
+    }
+
+    fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
+        Box::pin(async move {
+            let failed = |err: &dyn std::fmt::Display| {
+                TransportError::new(
+                    TransportErrorKind::Other,
+                    format!("cannot list the streams: {err}"),
+                )
+            };
+            let mut listed = self.jetstream.streams();
+            let mut streams = Vec::new();
+            while let Some(info) = listed.next().await {
+                let info = info.map_err(|err| failed(&err))?;
+                streams.push(StreamSpec {
+                    name: info.config.name,
+                    subjects: info.config.subjects,
+                });
+            }
+            Ok(streams)
+        })
+    }
+
+    fn request(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<RawMessage, TransportError>> {
+        Box::pin(async move {
+            let mut request = async_nats::Request::new()
+                .payload(payload)
+                .timeout(Some(timeout));
+            if !headers.is_empty() {
+                request = request.headers(to_header_map(&headers)?);
+            }
+            let response = self
+                .client
+                .send_request(subject.to_string(), request)
+                .await
+                .map_err(|err| {
+                    use async_nats::client::RequestErrorKind as K;
+                    let (kind, what) = match err.kind() {
+                        K::NoResponders => (
+                            TransportErrorKind::NoResponders,
+                            "nobody listens on it".to_owned(),
+                        ),
+                        K::TimedOut => (
+                            TransportErrorKind::TimedOut,
+                            format!("no response within {timeout:?}"),
+                        ),
+                        K::InvalidSubject => (TransportErrorKind::Invalid, err.to_string()),
+                        _ => (TransportErrorKind::Other, err.to_string()),
+                    };
+                    TransportError::new(kind, format!("the request to `{subject}` failed: {what}"))
+                })?;
+            Ok(raw(response))
         })
     }
 
@@ -394,6 +482,77 @@ impl Transport for NatsTransport {
             Ok(reading(Pumped::Pull(Box::new(puller))))
         })
     }
+
+    fn settle_confirmed(
+        &self,
+        subject: Arc<str>,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            let target = async_nats::Subject::from(&*subject);
+            let asked = tokio::time::timeout(CONFIRM_TIMEOUT, self.client.request(target, payload));
+            match asked.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(err)) => Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!("the server did not confirm the settlement on `{subject}`: {err}"),
+                )),
+                Err(_) => Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!(
+                        "the server did not confirm the settlement on `{subject}` within {CONFIRM_TIMEOUT:?}"
+                    ),
+                )),
+            }
+        })
+    }
+
+    fn resume(
+        &self,
+        spec: ConsumerSpec,
+        start_sequence: u64,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async move {
+            let deliver_policy = self.resume_policy(&spec, start_sequence).await;
+            tracing::info!(
+                stream = %spec.stream,
+                consumer = spec.durable.as_deref().unwrap_or("(ephemeral)"),
+                ?deliver_policy,
+                "opening the consumer again from where the registration stood"
+            );
+            self.consume(ConsumerSpec {
+                deliver_policy,
+                ..spec
+            })
+            .await
+        })
+    }
+}
+
+impl NatsTransport {
+    /// Where a consumer opened again starts: at `start_sequence`, unless stream `spec.stream`
+    /// holds fewer messages than that (it was created again and its sequences started over),
+    /// then where `spec` says.
+    async fn resume_policy(&self, spec: &ConsumerSpec, start_sequence: u64) -> DeliverPolicy {
+        let Ok(mut stream) = self.jetstream.get_stream(&spec.stream).await else {
+            // Opening the consumer will say what is wrong.
+            return DeliverPolicy::ByStartSequence(start_sequence);
+        };
+        let last = match stream.info().await {
+            Ok(info) => info.state.last_sequence,
+            Err(_) => return DeliverPolicy::ByStartSequence(start_sequence),
+        };
+        if start_sequence > last.saturating_add(1) {
+            tracing::warn!(
+                stream = %spec.stream,
+                last_sequence = last,
+                start_sequence,
+                "the stream holds fewer messages than where the registration stood (it was created again?): its consumer starts where the descriptor says"
+            );
+            return spec.deliver_policy;
+        }
+        DeliverPolicy::ByStartSequence(start_sequence)
+    }
 }
 
 /// The consumer configuration `spec` asks for. `max_deliver` stays unset: the runtime counts
@@ -438,7 +597,14 @@ fn check_immutable(spec: &ConsumerSpec, current: &consumer::Config) -> Result<()
         ));
     }
     let (wanted, wanted_name) = deliver_policy(spec.deliver_policy);
-    if current.deliver_policy != wanted {
+    // A start sequence is where the runtime created the durable again after it vanished (or
+    // where it asks one created again to start): the deliver policy only says where a new
+    // consumer starts, and an existing one goes on from its own position either way.
+    let resumed = matches!(
+        current.deliver_policy,
+        consumer::DeliverPolicy::ByStartSequence { .. }
+    ) || matches!(spec.deliver_policy, DeliverPolicy::ByStartSequence(_));
+    if current.deliver_policy != wanted && !resumed {
         conflicts.push(format!(
             "deliver policy {:?} (the descriptor asks for {wanted_name})",
             current.deliver_policy
@@ -500,8 +666,21 @@ fn consumer_error(spec: &ConsumerSpec, err: &dyn std::error::Error) -> Transport
 }
 
 fn stored_publish_error(subject: &str, err: &jetstream::context::PublishError) -> TransportError {
+    use jetstream::context::PublishErrorKind as K;
     let kind = match err.kind() {
-        jetstream::context::PublishErrorKind::StreamNotFound => TransportErrorKind::NoStream,
+        K::StreamNotFound => TransportErrorKind::NoStream,
+        K::TimedOut => TransportErrorKind::TimedOut,
+        K::WrongLastMessageId | K::WrongLastSequence | K::MaxPayloadExceeded => {
+            TransportErrorKind::Refused
+        }
+        // The server's own refusals (limits with `discard: new`, an expectation) come as
+        // `Other` with the server's description.
+        K::Other
+            if std::error::Error::source(err)
+                .is_some_and(|source| source.is::<jetstream::Error>()) =>
+        {
+            TransportErrorKind::Refused
+        }
         _ => TransportErrorKind::Other,
     };
     TransportError::new(kind, format!("stored publish to `{subject}` failed: {err}"))
@@ -672,5 +851,73 @@ fn raw_sharing(message: async_nats::Message, last: &mut Option<Arc<str>>) -> Raw
         reply: message.reply.map(|reply| Arc::from(reply.as_str())),
         headers: from_header_map(message.headers.as_ref()),
         payload: message.payload,
+    }
+}
+
+impl NatsTransport {
+    /// For `check`: whether durable consumer `durable` of `stream` exists and agrees with a
+    /// registration reading `filter` (the settings the server cannot change in place), changing
+    /// nothing. Says what it found.
+    pub(crate) async fn check_durable(
+        &self,
+        stream: &str,
+        durable: &str,
+        filter: &str,
+    ) -> Result<String, TransportError> {
+        let handle = self
+            .jetstream
+            .get_stream(stream)
+            .await
+            .map_err(|err| get_stream_error(stream, &err))?;
+        let existing = match handle.consumer_info(durable).await {
+            Ok(info) => info,
+            Err(err) => match err.kind() {
+                jetstream::context::ConsumerInfoErrorKind::NotFound => {
+                    return Ok(format!(
+                        "durable consumer `{durable}` does not exist yet; it is created at startup"
+                    ));
+                }
+                jetstream::context::ConsumerInfoErrorKind::JetStream(js) if js.code() == 404 => {
+                    return Ok(format!(
+                        "durable consumer `{durable}` does not exist yet; it is created at startup"
+                    ));
+                }
+                _ => {
+                    return Err(TransportError::new(
+                        TransportErrorKind::Other,
+                        format!("cannot read consumer `{durable}` of stream `{stream}`: {err}"),
+                    ));
+                }
+            },
+        };
+        let mut conflicts = Vec::new();
+        if existing.config.filter_subject != filter {
+            conflicts.push(format!(
+                "filter subject `{}` (the descriptor reads `{filter}`)",
+                existing.config.filter_subject
+            ));
+        }
+        if existing.config.deliver_subject.is_some() {
+            conflicts
+                .push("a deliver subject (it is a push consumer; RustStream pulls)".to_owned());
+        }
+        if existing.config.ack_policy != consumer::AckPolicy::Explicit {
+            conflicts.push(format!(
+                "ack policy {:?} (RustStream settles each message: explicit)",
+                existing.config.ack_policy
+            ));
+        }
+        if conflicts.is_empty() {
+            return Ok(format!(
+                "durable consumer `{durable}` exists and agrees with the descriptor"
+            ));
+        }
+        Err(TransportError::new(
+            TransportErrorKind::ConsumerConflict,
+            format!(
+                "durable consumer `{durable}` of stream `{stream}` exists with {}, which cannot be changed in place; delete it (`nats consumer rm {stream} {durable}`) or give the descriptor another `.durable(..)` name",
+                conflicts.join(" and ")
+            ),
+        ))
     }
 }

@@ -32,22 +32,73 @@
 //! Requests carry an idle heartbeat: while a request waits on an empty stream, the server says
 //! so every second. Silence for two heartbeats, or a reconnection, means the server holds no
 //! request of ours (a lost connection takes them with it): the count starts again from zero and
-//! a new request goes out.
+//! a new request goes out. A reconnection is noticed without heartbeats too (a pull expiry of
+//! zero asks for none).
+//!
+//! # Outages
+//!
+//! Nothing is asked for while the client is not connected: a request written during an outage
+//! would wait in the client and go out at the reconnection with every other one, asking for more
+//! than the handlers can take before `ack_wait` runs out (they would come back as duplicates).
+//! The puller waits for the connection instead, and asks once it is back.
+//!
+//! A consumer that is gone (deleted by an operator, an ephemeral consumer the server forgot
+//! while the link was down, a memory stream lost in a restart) answers no request: no message,
+//! no heartbeat (or, from some servers, "no responders"). So after a reconnection, and whenever
+//! the server was silent for two heartbeats, the puller asks the server whether the consumer
+//! still exists; when it does not (or its stream does not), the pull ends, and the runtime opens the consumer again (see
+//! `source.rs`) from where the registration stood. A server that refuses a request because too
+//! many wait ("Exceeded MaxWaiting") is asked again after a pause, not at once.
+//!
+//! # Forged input
+//!
+//! Anyone allowed to publish to the inbox could hand the registration a message that is not a
+//! delivery of its consumer, and have its settlement sent wherever the message's reply subject
+//! points. A message on the inbox whose reply subject is not an acknowledgement subject of this
+//! stream and consumer (`$JS.ACK.<stream>.<consumer>.…`) is dropped, with a warning at most
+//! every [`FORGED_WARNING_EVERY`] that counts them.
+//!
+//! # A fresh request before the last one expires
+//!
+//! A new request goes out a little before the newest one expires (two heartbeats before, or
+//! half the expiry when that is shorter), so the server always holds one that has not expired.
+//! nats-server 2.9 needs it: when a delayed redelivery (`-NAK` with a delay) comes due just as
+//! the only waiting request expires, the server drops that request, finds no other, and steps
+//! its stream cursor back as if the message were new. The redelivery is lost until `ack_wait`
+//! runs out and the last new message is delivered again with `delivered` 1. On an otherwise idle
+//! consumer a `retry_after` of the default 30 s expiry ends just as the request sent with the
+//! delivery expires: the payments demo met it in about one run in five on 2.9.10
+//! (`tests/firstrun_redelivery.rs` puts the two on top of each other).
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use async_nats::connection::State;
 use async_nats::{Client, Message, StatusCode, Subject, Subscriber};
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use tokio::time::{Instant, Sleep};
 
 use super::{TransportError, TransportErrorKind};
+use crate::JetStreamInfo;
 
 /// The longest idle heartbeat asked for: how soon a lost request is noticed.
 const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// How often a waiting puller looks at the connection: how soon a reconnection is noticed.
+const CHECK: Duration = Duration::from_millis(250);
+
+/// How long the puller waits before asking again after the server refused a request because
+/// too many were waiting.
+const MAX_WAITING_PAUSE: Duration = Duration::from_secs(1);
+
+/// The most often a warning about forged messages on the inbox is logged.
+pub(crate) const FORGED_WARNING_EVERY: Duration = Duration::from_secs(10);
+
+/// JetStream's error code for "stream not found".
+const STREAM_NOT_FOUND: u64 = 10059;
 
 /// The shortest stretch the handling rate is measured over.
 const RATE_WINDOW: Duration = Duration::from_millis(10);
@@ -77,6 +128,12 @@ pub(crate) struct Puller {
     subscriber: Subscriber,
     next_subject: Subject,
     inbox: Subject,
+    /// The stream and the consumer: a delivery's reply subject must name both.
+    stream: String,
+    consumer: String,
+    /// Forged messages dropped since the last warning, and when it was logged.
+    forged: u64,
+    forged_warned: Option<Instant>,
     /// What every request says besides the batch: `,"expires":..,"idle_heartbeat":..}`.
     request_tail: String,
     /// The lookahead: how many messages not yet taken by a handler the client may hold.
@@ -101,6 +158,17 @@ pub(crate) struct Puller {
     stats: Arc<async_nats::Statistics>,
     /// The consumer is gone (or refuses our requests): nothing more comes.
     ended: bool,
+    /// How long before the newest request expires a fresh one goes out; `None` without expiry.
+    renew_before: Option<Duration>,
+    /// Fires when the newest request needs a successor (armed by each request).
+    renew: Pin<Box<Sleep>>,
+    renew_armed: bool,
+    /// That moment passed: the next turn sends a request whatever the count says.
+    renew_due: bool,
+    expires: Duration,
+    /// Ask the server whether the consumer still exists before the next request (after a
+    /// silence or a reconnection).
+    verify: bool,
 }
 
 impl Puller {
@@ -140,6 +208,10 @@ impl Puller {
         Ok(Self {
             next_subject: Subject::from(format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}")),
             inbox: Subject::from(inbox),
+            stream: stream.to_owned(),
+            consumer: consumer.to_owned(),
+            forged: 0,
+            forged_warned: None,
             client,
             subscriber,
             request_tail,
@@ -155,6 +227,12 @@ impl Puller {
             connects: stats.connects.load(Ordering::Relaxed),
             stats,
             ended: false,
+            renew_before: heartbeat.map(|heartbeat| (2 * heartbeat).min(expires / 2)),
+            renew: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            renew_armed: false,
+            renew_due: false,
+            expires,
+            verify: false,
         })
     }
 
@@ -166,7 +244,15 @@ impl Puller {
             if self.ended {
                 return None;
             }
-            if self.outstanding <= self.lookahead / 2
+            if self.verify && self.online() {
+                self.verify = false;
+                if let Some(gone) = self.gone().await {
+                    self.ended = true;
+                    return Some(Err(gone));
+                }
+            }
+            if (self.outstanding <= self.lookahead / 2 || self.renew_due)
+                && self.online()
                 && let Err(err) = self.pull().await
             {
                 return Some(Err(err));
@@ -175,7 +261,8 @@ impl Puller {
                 Some(message) => message,
                 None => match self.wait().await {
                     Some(message) => message,
-                    // Silence: the count was reset; ask again.
+                    // Silence (the count was reset), or the newest request is about to
+                    // expire: ask again.
                     None => continue,
                 },
             };
@@ -185,6 +272,9 @@ impl Puller {
             };
             match message.status {
                 None | Some(StatusCode::OK) => {
+                    if !self.delivered_here(&message) {
+                        continue;
+                    }
                     self.outstanding = self.outstanding.saturating_sub(1);
                     self.returned += 1;
                     // Ask for more now, not when the next message is wanted: the request is
@@ -214,16 +304,36 @@ impl Puller {
                             format!("pulling ended: {description}"),
                         )));
                     }
-                    // Too many waiting requests, a leadership change, a message over the size
-                    // asked for: the request ended.
+                    if description.starts_with("Exceeded MaxWaiting") {
+                        // Asking again at once would meet the same answer: pause.
+                        self.undelivered(&message);
+                        tracing::warn!(
+                            consumer = %self.consumer,
+                            stream = %self.stream,
+                            pause = ?MAX_WAITING_PAUSE,
+                            "the server refused a pull request: too many requests wait on the consumer (its max_waiting); asking again after a pause"
+                        );
+                        tokio::time::sleep(MAX_WAITING_PAUSE).await;
+                        continue;
+                    }
+                    // A leadership change, a message over the size asked for: the request
+                    // ended.
                     tracing::debug!(description, "a pull request ended early");
                     self.undelivered(&message);
                 }
                 Some(StatusCode::NO_RESPONDERS) => {
+                    // Nobody serves the consumer: it is gone (deleted, an ephemeral consumer
+                    // the server forgot, a memory stream lost in a restart), or JetStream is
+                    // off. The same request would meet the same answer: the pull ends, and the
+                    // runtime opens the consumer again.
                     self.outstanding = 0;
+                    self.ended = true;
                     return Some(Err(TransportError::new(
                         TransportErrorKind::Other,
-                        "pulling failed: no responders (is JetStream enabled?)",
+                        format!(
+                            "pulling ended: consumer `{}` of stream `{}` does not answer (no responders: it is gone, or JetStream is off)",
+                            self.consumer, self.stream
+                        ),
                     )));
                 }
                 Some(status) => {
@@ -245,11 +355,91 @@ impl Puller {
     pub(crate) fn ready(&mut self) -> Vec<Message> {
         let mut ready = Vec::new();
         while let Some(Some(message)) = self.subscriber.next().now_or_never() {
-            if matches!(message.status, None | Some(StatusCode::OK)) {
+            if matches!(message.status, None | Some(StatusCode::OK))
+                && self.delivered_here(&message)
+            {
                 ready.push(message);
             }
         }
         ready
+    }
+
+    /// Whether the consumer (or its stream) is gone, as the server says: the error that ends the
+    /// pull. `None` when it exists or the server could not say.
+    async fn gone(&self) -> Option<TransportError> {
+        use async_nats::jetstream::context::{ConsumerInfoErrorKind, GetStreamErrorKind};
+        let gone = |what: String| {
+            Some(TransportError::new(
+                TransportErrorKind::Other,
+                format!("pulling ended: {what}"),
+            ))
+        };
+        let js = async_nats::jetstream::new(self.client.clone());
+        let stream = match js.get_stream(&self.stream).await {
+            Ok(stream) => stream,
+            Err(err) => {
+                return match err.kind() {
+                    GetStreamErrorKind::JetStream(js)
+                        if js.error_code().0 == STREAM_NOT_FOUND || js.code() == 404 =>
+                    {
+                        gone(format!("stream `{}` does not exist any more", self.stream))
+                    }
+                    _ => None,
+                };
+            }
+        };
+        match stream.consumer_info(&self.consumer).await {
+            Ok(_) => None,
+            Err(err) => match err.kind() {
+                ConsumerInfoErrorKind::NotFound => gone(format!(
+                    "consumer `{}` of stream `{}` does not exist any more",
+                    self.consumer, self.stream
+                )),
+                ConsumerInfoErrorKind::JetStream(js) if js.code() == 404 => gone(format!(
+                    "consumer `{}` of stream `{}` does not exist any more",
+                    self.consumer, self.stream
+                )),
+                _ => None,
+            },
+        }
+    }
+
+    /// Whether the client is connected: requests go out only then.
+    fn online(&self) -> bool {
+        self.client.connection_state() == State::Connected
+    }
+
+    /// Whether `message` is a delivery of this consumer: its reply subject is an acknowledgement
+    /// subject naming this stream and consumer. Anything else was published to the inbox by
+    /// someone else: it is dropped (counted, and logged at most every
+    /// [`FORGED_WARNING_EVERY`]).
+    fn delivered_here(&mut self, message: &Message) -> bool {
+        let genuine = message
+            .reply
+            .as_deref()
+            .and_then(JetStreamInfo::parse)
+            .is_some_and(|info| info.stream == self.stream && info.consumer == self.consumer);
+        if genuine {
+            return true;
+        }
+        self.forged += 1;
+        let now = Instant::now();
+        if self
+            .forged_warned
+            .is_none_or(|at| now.duration_since(at) >= FORGED_WARNING_EVERY)
+        {
+            tracing::warn!(
+                consumer = %self.consumer,
+                stream = %self.stream,
+                dropped = self.forged,
+                subject = %message.subject,
+                reply = message.reply.as_deref().unwrap_or(""),
+                "dropped messages published to the consumer's inbox that are not its deliveries (their reply subject is not this consumer's acknowledgement subject); nothing was handled or settled for them"
+            );
+            self.forged = 0;
+            self.forged_warned = Some(now);
+        }
+        false
     }
 
     /// Sizes the lookahead, then asks for what tops it up (at least half of it), counted before
@@ -260,6 +450,16 @@ impl Puller {
         let request = Bytes::from(format!(r#"{{"batch":{batch}{}"#, self.request_tail));
         self.outstanding += batch;
         self.connects = self.stats.connects.load(Ordering::Relaxed);
+        self.renew_due = false;
+        if let Some(before) = self.renew_before {
+            // Moved at most once per heartbeat, not per request: firing up to a heartbeat
+            // early only sends the successor a little sooner.
+            let at = Instant::now() + self.expires.saturating_sub(before);
+            if !self.renew_armed || at > self.renew.deadline() + HEARTBEAT {
+                self.renew.as_mut().reset(at);
+                self.renew_armed = true;
+            }
+        }
         let sent = self
             .client
             .publish_with_reply(self.next_subject.clone(), self.inbox.clone(), request)
@@ -314,37 +514,52 @@ impl Puller {
         self.outstanding = self.outstanding.saturating_sub(undelivered);
     }
 
-    /// Waits for the next message. `None` when the server was silent for two heartbeats or the
-    /// client reconnected since the requests went out: the server holds none of them, and the
-    /// count starts again from zero.
+    /// Waits for the next message. `None` when the requests are lost: the server was silent for
+    /// two heartbeats, or the client reconnected since they went out (the server holds none of
+    /// them, and the count starts again from zero). While the client is not connected it waits
+    /// for the connection, asking for nothing. `None` too when the newest request needs a
+    /// successor.
     async fn wait(&mut self) -> Option<Option<Message>> {
-        let Some(heartbeat) = self.heartbeat else {
-            return Some(self.subscriber.next().await);
-        };
         let started = Instant::now();
-        let silent_at = started + 2 * heartbeat;
-        // Moved at most once per heartbeat, not per message.
-        if self.quiet.deadline() < started + heartbeat {
-            self.quiet.as_mut().reset(silent_at);
+        let silent_at = self.heartbeat.map(|heartbeat| started + 2 * heartbeat);
+        // Moved at most once per check, not per message.
+        if self.quiet.deadline() < started {
+            self.quiet.as_mut().reset(started + CHECK);
         }
         loop {
             tokio::select! {
                 biased;
                 message = self.subscriber.next() => return Some(message),
+                () = self.renew.as_mut(), if self.renew_armed => {
+                    // The newest request is about to expire: ask again (see the module docs).
+                    self.renew_due = true;
+                    self.renew_armed = false;
+                    return None;
+                }
                 () = self.quiet.as_mut() => {
                     let now = Instant::now();
+                    self.quiet.as_mut().reset(now + CHECK);
+                    if !self.online() {
+                        // A lost connection takes the requests with it; nothing is asked
+                        // for until it is back.
+                        self.outstanding = 0;
+                        continue;
+                    }
                     let reconnected = self.stats.connects.load(Ordering::Relaxed) != self.connects;
-                    if now >= silent_at || reconnected {
+                    let silent = silent_at.is_some_and(|at| now >= at);
+                    let idle = self.outstanding == 0;
+                    if silent || reconnected {
+                        self.verify = true;
+                    }
+                    if silent || reconnected || idle {
                         tracing::debug!(
                             outstanding = self.outstanding,
                             reconnected,
                             "no message nor heartbeat from the server: pulling again"
                         );
                         self.outstanding = 0;
-                        self.quiet.as_mut().reset(now + 2 * heartbeat);
                         return None;
                     }
-                    self.quiet.as_mut().reset(silent_at);
                 }
             }
         }

@@ -1,17 +1,39 @@
-//! The command line of the `main` that `#[ruststream::app]` writes: `run` (the default) and
-//! `describe`.
+//! The command line of the `main` that `#[ruststream::app]` writes: `run` (the default),
+//! `check` and `describe`.
+//!
+//! Settings an operator changes per deployment follow one order: the command-line flag, else
+//! the environment variable, else what the code says.
+//!
+//! | setting | flag | environment | default |
+//! | --- | --- | --- | --- |
+//! | broker URL | `run --url URL`, `check --url URL` | `NATS_URL` | the URL in `app()` |
+//! | embedded NATS | `run --embedded` | `RUSTSTREAM_EMBEDDED=1` | off |
+//! | log filter | | `RUST_LOG` | `info` |
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
-use crate::app::App;
-use crate::registration::RegistrationInfo;
-use crate::settle::DeliveryModel;
+use crate::app::{App, Handling, Observer};
+use crate::broker::{BrokerUrl, Embedded, Env};
+use crate::registration::{Handled, RegistrationInfo};
+use crate::settle::{DeliveryModel, Settle};
+
+/// The environment variable `run --url` overrides.
+pub const URL_ENV: &str = "NATS_URL";
+/// The environment variable that turns on `run --embedded`.
+pub const EMBEDDED_ENV: &str = "RUSTSTREAM_EMBEDDED";
+
+const SETTINGS_HELP: &str = "\
+Settings (a flag overrides the environment, which overrides the code):
+  run --url URL    NATS_URL               the broker URL (else the URL in the app's code)
+  run --embedded   RUSTSTREAM_EMBEDDED=1  the embedded NATS: in the process, nothing persisted
+                   RUST_LOG               the log filter (info by default)";
 
 #[derive(Debug, Parser)]
-#[command(about = "A RustStream service")]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -20,42 +42,233 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Connect and handle messages until SIGINT or SIGTERM (the default).
-    Run,
-    /// Print every registration: subject, model, stream and consumer, ack_wait, cap, dead
-    /// letter, retry target.
-    Describe,
+    Run(RunArgs),
+    /// Run every startup check (registrations offline, then streams and durable consumers on
+    /// the server) without handling a message; exit non-zero with the error `run` would print.
+    Check(UrlArg),
+    /// Print every registration (subject, model, queue group, stream and consumer, ack_wait,
+    /// cap, concurrency, dead letter and whether a declared stream stores it, retry target) and
+    /// the declared streams.
+    Describe {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Default, Args)]
+struct UrlArg {
+    /// The broker URL; overrides the NATS_URL environment variable and the URL in the code.
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+}
+
+#[derive(Debug, Default, Args)]
+struct RunArgs {
+    #[command(flatten)]
+    url: UrlArg,
+    /// Run on the embedded NATS, inside the process (also RUSTSTREAM_EMBEDDED=1): for
+    /// development, nothing persisted. Reads `publish SUBJECT JSON` lines on standard input.
+    #[arg(long, conflicts_with = "url")]
+    embedded: bool,
+    /// With --embedded: publish the messages of FILE (one `publish SUBJECT JSON` a line) once the
+    /// app started.
+    #[arg(long, value_name = "FILE")]
+    seed: Option<PathBuf>,
 }
 
 /// The generated `main`: parses the command line, installs logging and runs the app.
 pub fn main<A: App, F: FnOnce() -> A>(app: F) -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command.unwrap_or(Command::Run) {
-        Command::Describe => {
-            print!("{}", describe(&app()));
+    main_from(app, std::env::args_os())
+}
+
+/// [`main`] with the command line given (the program's name first), for a `main` that reads
+/// its arguments elsewhere, and for tests.
+pub fn main_from<A, F, I, T>(app: F, args: I) -> ExitCode
+where
+    A: App,
+    F: FnOnce() -> A,
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let app = app();
+    let info = app.info().clone();
+    // Leaked once, for the life of the process: clap wants `'static` names.
+    let name: &'static str = Box::leak(info.name().to_owned().into_boxed_str());
+    let version: &'static str = Box::leak(info.version().to_owned().into_boxed_str());
+    let about: &'static str =
+        Box::leak(format!("{name} {version}: a RustStream service").into_boxed_str());
+    let command = Cli::command()
+        .name(name)
+        .version(version)
+        .about(about)
+        .after_help(SETTINGS_HELP);
+    let cli = match Cli::from_arg_matches(&command.get_matches_from(args)) {
+        Ok(cli) => cli,
+        Err(err) => err.exit(),
+    };
+    match cli
+        .command
+        .unwrap_or_else(|| Command::Run(RunArgs::default()))
+    {
+        Command::Describe { json } => {
+            if json {
+                println!("{}", describe_json(&app));
+            } else {
+                print!("{}", describe(&app));
+            }
             ExitCode::SUCCESS
         }
-        Command::Run => {
+        Command::Check(url) => {
             install_tracing();
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(err) => {
-                    eprintln!("error: cannot start the tokio runtime: {err}");
-                    return ExitCode::FAILURE;
+            let env = match url_env(Env::new(), url.url) {
+                Ok(env) => env,
+                Err(message) => return fail(&message),
+            };
+            let Some(runtime) = runtime() else {
+                return ExitCode::FAILURE;
+            };
+            match runtime.block_on(app.check(env)) {
+                Ok(done) => {
+                    for line in done {
+                        if line.starts_with("warning: ") {
+                            println!("{line}");
+                        } else {
+                            println!("ok: {line}");
+                        }
+                    }
+                    println!("{name} {version}: every startup check passed");
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail(&err.to_string()),
+            }
+        }
+        Command::Run(args) => {
+            install_tracing();
+            let embedded = args.embedded || env_flag(EMBEDDED_ENV);
+            let env = if embedded {
+                if args.url.url.is_some() {
+                    return fail(
+                        "`--url` and the embedded NATS exclude each other: unset RUSTSTREAM_EMBEDDED to connect to a server",
+                    );
+                }
+                Env::new()
+                    .with(Embedded {
+                        seed: args.seed,
+                        stdin: true,
+                    })
+                    .with_observer(Arc::new(PrintHandled))
+            } else {
+                if args.seed.is_some() {
+                    return fail("`--seed FILE` publishes to the embedded NATS: add `--embedded`");
+                }
+                match url_env(Env::new(), args.url.url) {
+                    Ok(env) => env,
+                    Err(message) => return fail(&message),
                 }
             };
-            match runtime.block_on(async { app().run().await }) {
+            let Some(runtime) = runtime() else {
+                return ExitCode::FAILURE;
+            };
+            let run = async move {
+                let running = app.start(env).await?;
+                super::shutdown_signal().await;
+                running.stop().await
+            };
+            match runtime.block_on(run) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(err) => {
-                    tracing::error!(%err, "the app stopped with an error");
-                    eprintln!("error: {err}");
-                    ExitCode::FAILURE
-                }
+                // Printed once, here: `start` returns its error without logging it.
+                Err(err) => fail(&err.to_string()),
             }
         }
     }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::FAILURE
+}
+
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Some(rt),
+        Err(err) => {
+            eprintln!("error: cannot start the tokio runtime: {err}");
+            None
+        }
+    }
+}
+
+/// Whether environment variable `name` is set to something other than empty, `0` or `false`.
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| {
+        let v = v.trim();
+        !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false")
+    })
+}
+
+/// Adds the broker URL of `--url`, else of `NATS_URL`, to `env`; without either the brokers
+/// use the URL in the code.
+fn url_env(env: Env, flag: Option<String>) -> Result<Env, String> {
+    Ok(match broker_url(flag)? {
+        Some(url) => env.with(url),
+        None => env,
+    })
+}
+
+/// The broker URL of `--url`, else of `NATS_URL` (set and not blank).
+fn broker_url(flag: Option<String>) -> Result<Option<BrokerUrl>, String> {
+    if let Some(url) = flag {
+        return Ok(Some(BrokerUrl { url, from: "--url" }));
+    }
+    match std::env::var(URL_ENV) {
+        Ok(url) if !url.trim().is_empty() => Ok(Some(BrokerUrl { url, from: URL_ENV })),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+            "the {URL_ENV} environment variable is not valid UTF-8; set it to a URL such as nats://localhost:4222"
+        )),
+    }
+}
+
+/// Prints what each handler did, for `run --embedded`.
+struct PrintHandled;
+
+impl Observer for PrintHandled {
+    fn handled(&self, handling: &Handling<'_>) {
+        println!("{}", handled_line(handling));
+    }
+}
+
+/// One line saying what a handler did with a delivery and what the runtime sent.
+fn handled_line(handling: &Handling<'_>) -> String {
+    let delivery = handling.delivery;
+    let count = delivery
+        .delivered()
+        .map_or_else(String::new, |d| format!(" (delivered {d})"));
+    let said = match handling.handled {
+        Handled::Outcome(outcome) => format!("returned {outcome:?}"),
+        Handled::Undecodable(error) => format!("did not run: the payload does not decode: {error}"),
+        other => format!("{other:?}"),
+    };
+    let decision = handling.decision;
+    let mut sent = match decision.settle {
+        Settle::Send(kind) => format!("sent {kind}"),
+        Settle::Unsupported(_) | Settle::Nothing => "nothing to acknowledge".to_owned(),
+    };
+    if decision.dead_letter {
+        sent.push_str(", dead-lettered");
+    }
+    if let Some(copy) = &decision.copy {
+        let _ = write!(sent, ", retry copy {}", copy.retry_count);
+    }
+    format!(
+        "[embedded] {registration} on {subject}{count}: {said}; {sent}",
+        registration = handling.registration,
+        subject = delivery.subject(),
+    )
 }
 
 /// Installs a `tracing` subscriber reading `RUST_LOG`, `info` when unset. Does nothing when one
@@ -69,6 +282,7 @@ pub fn install_tracing() {
 /// The `describe` table of `app`.
 pub fn describe<A: App>(app: &A) -> String {
     let info = app.info();
+    let streams = app.declared_streams();
     let mut out = String::new();
     let _ = writeln!(out, "{} {}", info.name(), info.version());
     for (kind, address) in app.brokers() {
@@ -81,11 +295,16 @@ pub fn describe<A: App>(app: &A) -> String {
         "stream/consumer",
         "ack_wait",
         "cap",
+        "concurrency",
         "dead letter",
         "retry to",
         "replies",
     ];
-    let rows: Vec<[String; 9]> = app.registrations().iter().map(row).collect();
+    let rows: Vec<[String; 10]> = app
+        .registrations()
+        .iter()
+        .map(|r| row(r, &streams))
+        .collect();
     let mut widths = header.map(str::len);
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
@@ -113,10 +332,109 @@ pub fn describe<A: App>(app: &A) -> String {
             let _ = writeln!(out, "{}: {}", r.name, notes.join(", "));
         }
     }
+    if streams.is_empty() {
+        let _ = writeln!(
+            out,
+            "declared streams: none (the app declares nothing; streams it reads must exist)"
+        );
+    }
+    for (name, subjects) in &streams {
+        let _ = writeln!(
+            out,
+            "declared stream: {name} storing {}",
+            subjects.join(", ")
+        );
+    }
     out
 }
 
-fn row(r: &RegistrationInfo) -> [String; 9] {
+/// The `describe --json` document of `app`.
+pub fn describe_json<A: App>(app: &A) -> serde_json::Value {
+    let info = app.info();
+    let streams = app.declared_streams();
+    let registrations: Vec<serde_json::Value> = app
+        .registrations()
+        .iter()
+        .map(|r| {
+            let d = &r.descriptor;
+            serde_json::json!({
+                "name": r.name,
+                "subject": d.subject,
+                "model": match d.model {
+                    DeliveryModel::JetStream => "jetstream",
+                    DeliveryModel::Core => "core",
+                },
+                "pattern": d.wildcard,
+                "queue_group": d.queue_group,
+                "stream": d.stream,
+                "consumer": d.consumer,
+                "ack_wait_ms": d.ack_wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
+                "handler_timeout_ms": r.policy.handler_timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                "progress_until_ms": r.policy.progress_until.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                "confirm_acks": r.policy.confirm_acks,
+                "max_attempts": r.policy.max_attempts.map(|n| n.get()),
+                "concurrency": r.policy.concurrency.get(),
+                "batch": r.batch,
+                "dead_letter": r.policy.dead_letter,
+                "dead_letter_stored_in": r.policy.dead_letter.as_deref().and_then(|dl| storing(&streams, dl)),
+                "retry_to": match d.model {
+                    DeliveryModel::JetStream => None,
+                    DeliveryModel::Core => r.copy_target(),
+                },
+                "replies": r.publishes,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "name": info.name(),
+        "version": info.version(),
+        "brokers": app.brokers().iter().map(|(kind, address)| serde_json::json!({"kind": kind, "address": address})).collect::<Vec<_>>(),
+        "declared_streams": streams.iter().map(|(name, subjects)| serde_json::json!({"name": name, "subjects": subjects})).collect::<Vec<_>>(),
+        "registrations": registrations,
+    })
+}
+
+/// The declared stream whose subjects match `subject`, if any.
+fn storing<'a>(streams: &'a [(String, Vec<String>)], subject: &str) -> Option<&'a str> {
+    streams
+        .iter()
+        .find(|(_, subjects)| subjects.iter().any(|p| subject_matches(p, subject)))
+        .map(|(name, _)| name.as_str())
+}
+
+/// Whether NATS pattern `pattern` (`*` one token, `>` the rest) matches `subject`.
+fn subject_matches(pattern: &str, subject: &str) -> bool {
+    let mut subject = subject.split('.');
+    for token in pattern.split('.') {
+        match (token, subject.next()) {
+            (">", Some(_)) => return true,
+            ("*", Some(_)) => {}
+            (t, Some(s)) if t == s => {}
+            _ => return false,
+        }
+    }
+    subject.next().is_none()
+}
+
+/// The ack_wait cell, with the handler's timeout and automatic progress when declared.
+fn ack_wait_cell(r: &RegistrationInfo) -> String {
+    let mut cell = r
+        .descriptor
+        .ack_wait
+        .map_or_else(|| "-".to_owned(), |w| format!("{w:?}"));
+    if let Some(deadline) = r.policy.progress_until {
+        let _ = write!(cell, ", progress up to {deadline:?}");
+    }
+    if let Some(limit) = r.policy.handler_timeout {
+        let _ = write!(cell, ", timeout {limit:?}");
+    }
+    if r.policy.confirm_acks {
+        cell.push_str(", confirmed acks");
+    }
+    cell
+}
+
+fn row(r: &RegistrationInfo, streams: &[(String, Vec<String>)]) -> [String; 10] {
     let d = &r.descriptor;
     let model = match (d.model, d.wildcard) {
         (DeliveryModel::JetStream, _) => "jetstream".to_owned(),
@@ -124,7 +442,7 @@ fn row(r: &RegistrationInfo) -> [String; 9] {
         (DeliveryModel::Core, false) => "core".to_owned(),
     };
     let model = match (&d.queue_group, r.batch) {
-        (Some(q), _) => format!("{model}, queue {q}"),
+        (Some(q), _) => format!("{model}, queue group {q}"),
         (None, true) => format!("{model}, batch"),
         (None, false) => model,
     };
@@ -134,16 +452,25 @@ fn row(r: &RegistrationInfo) -> [String; 9] {
         _ => "-".to_owned(),
     };
     let dash = || "-".to_owned();
+    let dead_letter =
+        r.policy
+            .dead_letter
+            .as_deref()
+            .map_or_else(dash, |dl| match storing(streams, dl) {
+                Some(stream) => format!("{dl} (stored in {stream})"),
+                None => format!("{dl} (not in a declared stream)"),
+            });
     [
         r.name.clone(),
         d.subject.clone(),
         model,
         consumer,
-        d.ack_wait.map_or_else(dash, |w| format!("{w:?}")),
+        ack_wait_cell(r),
         r.policy
             .max_attempts
             .map_or_else(|| "none".to_owned(), |n| n.to_string()),
-        r.policy.dead_letter.clone().unwrap_or_else(dash),
+        r.policy.concurrency.to_string(),
+        dead_letter,
         match d.model {
             DeliveryModel::JetStream => "(redelivered)".to_owned(),
             DeliveryModel::Core => r.copy_target().map_or_else(dash, str::to_owned),
@@ -154,4 +481,19 @@ fn row(r: &RegistrationInfo) -> [String; 9] {
             r.publishes.join(", ")
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subject_matches;
+
+    #[test]
+    fn patterns_match_as_nats_does() {
+        assert!(subject_matches("payments.>", "payments.dead"));
+        assert!(subject_matches("payments.*", "payments.dead"));
+        assert!(!subject_matches("payments.*", "payments.dead.x"));
+        assert!(!subject_matches("payments.>", "payments"));
+        assert!(subject_matches("a.b", "a.b"));
+        assert!(!subject_matches("a.b", "a.b.c"));
+    }
 }

@@ -92,6 +92,22 @@ pub trait App: Send + 'static {
     /// The brokers, as `(kind, address)`, for `describe`.
     fn brokers(&self) -> Vec<(&'static str, String)>;
 
+    /// The streams the brokers declare at startup, as `(name, subjects)`, for `describe`.
+    fn declared_streams(&self) -> Vec<(String, Vec<String>)> {
+        Vec::new()
+    }
+
+    /// Every startup check without starting anything (the `check` subcommand): the checks that
+    /// need no server first, then those against each broker (streams, durable consumers). One
+    /// line per check done; the first failure is the error `start` would return.
+    fn check(self, env: Env) -> impl Future<Output = Result<Vec<String>, Error>> + Send
+    where
+        Self: Sized,
+    {
+        let _ = env;
+        async { Ok(Vec::new()) }
+    }
+
     /// Starts the app in `env`: checks registrations, runs the startup hooks, connects and
     /// opens every registration.
     fn start(self, env: Env) -> impl Future<Output = Result<RunningApp, Error>> + Send;
@@ -165,22 +181,49 @@ impl fmt::Debug for RunningApp {
 }
 
 impl RunningApp {
+    /// What publishes on the app's brokers from outside a handler: the first broker's
+    /// publisher, if it offers one. A broker crate wraps it in its own API
+    /// (`ruststream_nats::NatsClient::of(&running)`).
+    pub fn publisher(&self) -> Option<Arc<dyn crate::Publish>> {
+        self.brokers.iter().find_map(|b| b.publisher())
+    }
+
     /// Drains every broker (stop pulling, finish handlers in flight, settle, flush), then runs
     /// the shutdown hooks.
-    pub async fn stop(self) -> Result<(), Error> {
+    pub async fn stop(mut self) -> Result<(), Error> {
         let mut first_error = None;
-        for broker in self.brokers {
+        let brokers = std::mem::take(&mut self.brokers);
+        let on_shutdown = std::mem::replace(
+            &mut self.on_shutdown,
+            Box::new(|| Box::pin(std::future::ready(Ok(())))),
+        );
+        for broker in brokers {
             if let Err(err) = broker.stop().await {
                 tracing::error!(%err, "a broker did not stop cleanly");
                 first_error.get_or_insert(err);
             }
         }
-        if let Err(err) = (self.on_shutdown)().await {
+        if let Err(err) = on_shutdown().await {
             tracing::error!(%err, "a shutdown hook failed");
             first_error.get_or_insert(err);
         }
         tracing::info!(app = self.info.name(), "stopped");
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Dropped without [`stop`](RunningApp::stop) (a `select!` that cancelled `run_until`, a
+/// panic): the brokers are dropped, and with them their sources, which stop at once without a
+/// drain. Handlers in flight are abandoned, messages pulled and not handled are not released:
+/// JetStream delivers them again after `ack_wait`, Core ones are lost. A warning says so.
+impl Drop for RunningApp {
+    fn drop(&mut self) {
+        if !self.brokers.is_empty() {
+            tracing::warn!(
+                app = self.info.name(),
+                "the running app was dropped without stop(): its brokers stop at once without draining (handlers in flight are abandoned; JetStream delivers their messages again after ack_wait); call `RunningApp::stop` to drain"
+            );
+        }
     }
 }
 
@@ -441,6 +484,32 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
             .collect()
     }
 
+    fn declared_streams(&self) -> Vec<(String, Vec<String>)> {
+        self.brokers
+            .iter()
+            .flat_map(|(b, _)| b.declared_streams())
+            .collect()
+    }
+
+    // Spelled as the trait spells it: the `Send` bound is the point of the signature.
+    #[allow(clippy::manual_async_fn)]
+    fn check(self, env: Env) -> impl Future<Output = Result<Vec<String>, Error>> + Send {
+        async move {
+            self.validate()?;
+            let warnings = self.warnings();
+            let mut done = vec![format!(
+                "{} registrations: names, subjects, streams, dead letters and retry targets are valid",
+                self.registrations().len()
+            )];
+            done.extend(warnings.into_iter().map(|w| format!("warning: {w}")));
+            for (broker, regs) in self.brokers {
+                let infos: Vec<_> = regs.iter().map(Registration::info).collect();
+                done.extend(broker.check(&infos, &env).await?);
+            }
+            Ok(done)
+        }
+    }
+
     // Spelled as the trait spells it: the `Send` bound is the point of the signature.
     #[allow(clippy::manual_async_fn)]
     fn start(self, env: Env) -> impl Future<Output = Result<RunningApp, Error>> + Send {
@@ -450,13 +519,9 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
             } else {
                 env
             };
-            check_names(&self.registrations())?;
-            for (_, regs) in &self.brokers {
-                regs.iter().try_for_each(Registration::check_routed)?;
-            }
-            for (broker, regs) in &self.brokers {
-                let infos: Vec<_> = regs.iter().map(Registration::info).collect();
-                broker.validate(&infos)?;
+            self.validate()?;
+            for warning in self.warnings() {
+                tracing::warn!(app = self.info.name(), "{warning}");
             }
             let state = Arc::new((self.startup)().await?);
             let mut started: Vec<Box<dyn RunningBroker>> = Vec::new();
@@ -495,6 +560,32 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
                 }),
             })
         }
+    }
+}
+
+impl<S: Send + Sync + 'static, M: 'static> RustStream<S, M> {
+    /// The startup checks that need no server: `start` and `check` run them.
+    fn validate(&self) -> Result<(), Error> {
+        check_names(&self.registrations())?;
+        for (_, regs) in &self.brokers {
+            regs.iter().try_for_each(Registration::check_routed)?;
+        }
+        for (broker, regs) in &self.brokers {
+            let infos: Vec<_> = regs.iter().map(Registration::info).collect();
+            broker.validate(&infos)?;
+        }
+        Ok(())
+    }
+
+    /// What the brokers warn about: registrations they run but that may lose or loop messages.
+    fn warnings(&self) -> Vec<String> {
+        self.brokers
+            .iter()
+            .flat_map(|(broker, regs)| {
+                let infos: Vec<_> = regs.iter().map(Registration::info).collect();
+                broker.warnings(&infos)
+            })
+            .collect()
     }
 }
 

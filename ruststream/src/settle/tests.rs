@@ -916,3 +916,110 @@ proptest! {
         prop_assert_eq!(json["delay"].as_u64().map(u128::from), Some(delay.as_nanos()));
     }
 }
+
+// Arrival past the cap: decided before the handler runs.
+
+#[test]
+fn a_delivery_arriving_past_the_cap_does_not_run_the_handler() {
+    // (facts, what happens on arrival); `None`: the handler runs.
+    let rows: [(Facts, Option<Decision>); 10] = [
+        // No cap: every delivery runs the handler, however many there were.
+        (jetstream(1), None),
+        (jetstream(50), None),
+        // Below and at the cap: the handler runs (at the cap a retry is dead-lettered after it).
+        (jetstream(1).with_cap(cap(2)), None),
+        (jetstream(2).with_cap(cap(2)).with_dead_letter(), None),
+        // Past the cap: to the dead-letter subject when declared, then +TERM; the handler
+        // does not run.
+        (
+            jetstream(3).with_cap(cap(2)).with_dead_letter(),
+            Some(dead_letter_then(Settle::Send(AckKind::Term))),
+        ),
+        (jetstream(3).with_cap(cap(2)), Some(send(AckKind::Term))),
+        (
+            jetstream(u32::MAX).with_cap(cap(1)).with_dead_letter(),
+            Some(dead_letter_then(Settle::Send(AckKind::Term))),
+        ),
+        // Core: the attempt comes from a header anyone can write; never decided on arrival.
+        (core(1).with_cap(cap(2)), None),
+        (core(3).with_cap(cap(2)).with_dead_letter(), None),
+        (core_without_target(9).with_cap(cap(1)), None),
+    ];
+    let mut failures = String::new();
+    for (facts, expected) in rows {
+        let got = decide_arrival(&facts);
+        if got != expected {
+            let _ = writeln!(failures, "{facts:?}: expected {expected:?}, got {got:?}");
+        }
+    }
+    assert!(failures.is_empty(), "{failures}");
+}
+
+proptest! {
+    #[test]
+    fn arrival_decides_exactly_the_jetstream_deliveries_past_the_cap(facts in any_facts()) {
+        let decided = decide_arrival(&facts);
+        let past = facts.model == DeliveryModel::JetStream
+            && facts.max_attempts.is_some_and(|cap| facts.attempt > cap);
+        prop_assert_eq!(decided.is_some(), past);
+        if let Some(decision) = decided {
+            prop_assert!(!decision.brings_back());
+            prop_assert_eq!(decision.dead_letter, facts.dead_letter);
+            prop_assert_eq!(decision.settle, Settle::Send(AckKind::Term));
+        }
+    }
+
+    #[test]
+    fn a_delivery_past_the_cap_is_never_at_it_and_the_next_is_past_too(facts in any_facts()) {
+        if facts.is_past_cap() {
+            prop_assert!(facts.redelivered().is_past_cap());
+        }
+        if facts.is_at_cap() && facts.max_attempts.is_some_and(|cap| facts.attempt == cap) {
+            prop_assert!(!facts.is_past_cap());
+            prop_assert!(facts.redelivered().is_past_cap() || facts.attempt.get() == u32::MAX);
+        }
+    }
+}
+
+#[test]
+fn a_failed_dead_letter_holds_the_original_back_longer_each_time_never_terminates_it() {
+    let secs = |n: u64| Settle::Send(AckKind::NakAfter(Duration::from_secs(n)));
+    let rows: [(Facts, Settle); 7] = [
+        (jetstream(2).with_cap(cap(2)).with_dead_letter(), secs(1)),
+        (jetstream(3).with_cap(cap(2)).with_dead_letter(), secs(2)),
+        (jetstream(4).with_cap(cap(2)).with_dead_letter(), secs(4)),
+        (
+            jetstream(13).with_cap(cap(2)).with_dead_letter(),
+            secs(2048),
+        ),
+        (
+            jetstream(u32::MAX).with_cap(cap(2)).with_dead_letter(),
+            secs(3600),
+        ),
+        // Undecodable, no cap: counted from the first delivery.
+        (jetstream(1).with_dead_letter(), secs(1)),
+        (core(3).with_cap(cap(3)).with_dead_letter(), Settle::Nothing),
+    ];
+    let mut failures = String::new();
+    for (facts, expected) in rows {
+        let got = decide_dead_letter_failed(&facts);
+        if got != expected {
+            let _ = writeln!(failures, "{facts:?}: expected {expected:?}, got {got:?}");
+        }
+    }
+    assert!(failures.is_empty(), "{failures}");
+}
+
+proptest! {
+    #[test]
+    fn a_failed_dead_letter_never_terminates_and_is_bounded(facts in any_facts()) {
+        match decide_dead_letter_failed(&facts) {
+            Settle::Send(AckKind::NakAfter(hold)) => {
+                prop_assert_eq!(facts.model, DeliveryModel::JetStream);
+                prop_assert!(hold >= DEAD_LETTER_HOLD_FIRST && hold <= DEAD_LETTER_HOLD_MAX);
+            }
+            Settle::Nothing => prop_assert_eq!(facts.model, DeliveryModel::Core),
+            other => prop_assert!(false, "{:?}", other),
+        }
+    }
+}

@@ -55,10 +55,18 @@
 //! [`client`] has the questions the tests ask a running server through their own
 //! async-nats client: JetStream, streams and consumers as the server reports them, every message
 //! sent to some subjects ([`client::Recorder`]), and waits that poll until something holds.
+//!
+//! # A cluster
+//!
+//! [`cluster::NatsCluster`] starts three nodes with routes and JetStream, waits for a meta
+//! leader, and kills and restarts a single node. [`service_process::ServiceProcess`] runs an
+//! example service as a child process a test kills (`SIGKILL`) or stops (`SIGTERM`).
 
 #![forbid(unsafe_code)]
 
+pub mod child;
 pub mod client;
+pub mod proxy;
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -71,6 +79,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
+
+// The scale-out toolkit: a three-node cluster, services as child processes.
+pub mod cluster;
+pub mod service_process;
 
 /// How long the server may take to start (or to stop gracefully) before we give up.
 const DEADLINE: Duration = Duration::from_secs(10);

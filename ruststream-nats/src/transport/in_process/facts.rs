@@ -120,3 +120,56 @@ pub(crate) fn headers_from(map: &async_nats::HeaderMap) -> Headers {
         .flat_map(|(name, values)| values.into_iter().map(move |v| (name.clone(), v)))
         .collect()
 }
+
+/// A stream's limits, as far as the in-process NATS follows them: the most messages it keeps
+/// (then `discard: new` refuses a new one, `discard: old` drops the oldest), and its duplicate
+/// window (a `Nats-Msg-Id` seen within it is acknowledged as a duplicate and not stored again).
+///
+/// Set them with [`InProcessNats::set_stream_limits`](super::InProcessNats::set_stream_limits).
+/// The defaults are the server's: no limit, `discard: old`, a 2-minute window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct StreamLimits {
+    /// The most messages the stream keeps.
+    pub max_msgs: Option<u64>,
+    /// Whether a full stream refuses new messages (`discard: new`) instead of dropping its
+    /// oldest (`discard: old`).
+    pub discard_new: bool,
+    /// How long a message id is remembered.
+    pub duplicate_window: std::time::Duration,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        Self {
+            max_msgs: None,
+            discard_new: false,
+            duplicate_window: std::time::Duration::from_secs(120),
+        }
+    }
+}
+
+impl StreamLimits {
+    /// At most `max` messages; a full stream refuses new ones (`discard: new`).
+    pub fn refuse_past(max: u64) -> Self {
+        Self {
+            max_msgs: Some(max),
+            discard_new: true,
+            ..Self::default()
+        }
+    }
+
+    /// At most `max` messages; a new one makes room by dropping the oldest (`discard: old`).
+    pub fn drop_oldest_past(max: u64) -> Self {
+        Self {
+            max_msgs: Some(max),
+            ..Self::default()
+        }
+    }
+
+    /// The same limits with a duplicate window of `window`.
+    pub fn with_duplicate_window(mut self, window: std::time::Duration) -> Self {
+        self.duplicate_window = window;
+        self
+    }
+}

@@ -26,6 +26,7 @@ pub(crate) mod subject;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
@@ -36,10 +37,10 @@ use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-pub use self::facts::{ConsumerFacts, StoredMessage};
+pub use self::facts::{ConsumerFacts, StoredMessage, StreamLimits};
 use self::state::{FeedKey, State};
 use super::{
-    ConsumerSpec, MessageStream, RawMessage, StreamSpec, Transport, TransportError,
+    ConsumerSpec, MessageStream, RawMessage, StoredAck, StreamSpec, Transport, TransportError,
     TransportErrorKind, Unsubscribe,
 };
 
@@ -134,6 +135,12 @@ impl InProcessNats {
     /// The names of every stream.
     pub fn stream_names(&self) -> Vec<String> {
         self.state().stream_names()
+    }
+
+    /// Sets the limits of `stream` (most messages, discard policy, duplicate window); false
+    /// without such a stream.
+    pub fn set_stream_limits(&self, stream: &str, limits: StreamLimits) -> bool {
+        self.state().set_limits(stream, limits)
     }
 
     /// The subjects `stream` stores; `None` without such a stream.
@@ -284,6 +291,33 @@ fn check_subject(subject: &str, wildcards: bool) -> Result<(), TransportError> {
     }
 }
 
+/// The server's default `max_payload`: a message (headers and payload) larger than this is
+/// refused before it is sent.
+pub const MAX_PAYLOAD: usize = 1024 * 1024;
+
+fn check_payload(subject: &str, headers: &Headers, payload: &Bytes) -> Result<(), TransportError> {
+    // Headers travel as `NATS/1.0\r\n`, `name: value\r\n` each, and a blank line.
+    let header_len = if headers.is_empty() {
+        0
+    } else {
+        headers
+            .iter()
+            .map(|(n, v)| n.len() + v.len() + 4)
+            .sum::<usize>()
+            + 12
+    };
+    let size = header_len + payload.len();
+    if size > MAX_PAYLOAD {
+        return Err(TransportError::new(
+            TransportErrorKind::Refused,
+            format!(
+                "publishing to `{subject}` failed: the message is {size} bytes, more than the server's max_payload of {MAX_PAYLOAD} bytes"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_name(what: &str, name: &str) -> Result<(), TransportError> {
     match subject::invalid_name(name) {
         Some(why) => Err(TransportError::new(
@@ -303,6 +337,7 @@ impl Transport for InProcessNats {
     ) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(async move {
             check_subject(&subject, false)?;
+            check_payload(&subject, &headers, &payload)?;
             self.state()
                 .publish(subject, headers, payload, Instant::now());
             self.poke();
@@ -318,11 +353,80 @@ impl Transport for InProcessNats {
     ) -> BoxFuture<'_, Result<u64, TransportError>> {
         Box::pin(async move {
             check_subject(&subject, false)?;
+            check_payload(&subject, &headers, &payload)?;
             let stored = self
                 .state()
                 .publish_stored(subject, headers, payload, Instant::now());
             self.poke();
             stored
+        })
+    }
+
+    fn publish_confirmed(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        Box::pin(async move {
+            check_subject(&subject, false)?;
+            check_payload(&subject, &headers, &payload)?;
+            let stored = self
+                .state()
+                .publish_confirmed(subject, headers, payload, Instant::now());
+            self.poke();
+            stored
+        })
+    }
+
+    fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
+        Box::pin(async move { Ok(self.state().streams()) })
+    }
+
+    fn request(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<RawMessage, TransportError>> {
+        Box::pin(async move {
+            check_subject(&subject, false)?;
+            check_payload(&subject, &headers, &payload)?;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let id = {
+                let mut state = self.state();
+                if !state.has_subscriber(&subject) {
+                    return Err(TransportError::new(
+                        TransportErrorKind::NoResponders,
+                        format!("the request to `{subject}` failed: nobody listens on it"),
+                    ));
+                }
+                let inbox = state.new_inbox();
+                let id = state.subscribe(inbox.clone(), None, tx);
+                let message = RawMessage {
+                    subject: Arc::clone(&subject),
+                    reply: Some(Arc::from(inbox)),
+                    headers,
+                    payload,
+                };
+                state.publish_message(message, Instant::now());
+                id
+            };
+            self.poke();
+            let response = tokio::time::timeout(timeout, rx.recv()).await;
+            self.state().stop(&FeedKey::Subscription(id));
+            match response {
+                Ok(Some(message)) => Ok(message),
+                Ok(None) => Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!("the request to `{subject}` failed: the server is gone"),
+                )),
+                Err(_) => Err(TransportError::new(
+                    TransportErrorKind::TimedOut,
+                    format!("the request to `{subject}` failed: no response within {timeout:?}"),
+                )),
+            }
         })
     }
 

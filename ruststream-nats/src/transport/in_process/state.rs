@@ -11,10 +11,15 @@ use ruststream::Headers;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
-use super::facts::{ConsumerFacts, StoredMessage};
+use super::facts::{ConsumerFacts, StoredMessage, StreamLimits};
 use super::subject::{matches, overlaps};
 use crate::descriptor::DeliverPolicy;
-use crate::transport::{ConsumerSpec, RawMessage, StreamSpec, TransportError, TransportErrorKind};
+use crate::transport::{
+    ConsumerSpec, RawMessage, StoredAck, StreamSpec, TransportError, TransportErrorKind,
+};
+
+/// The header a stream deduplicates on.
+const MSG_ID: &str = "Nats-Msg-Id";
 
 /// The prefix of every acknowledgement subject.
 const ACK_PREFIX: &str = "$JS.ACK.";
@@ -54,6 +59,23 @@ struct Stream {
     messages: BTreeMap<u64, Stored>,
     last_seq: u64,
     consumers: BTreeMap<String, Consumer>,
+    limits: StreamLimits,
+    /// The `Nats-Msg-Id`s seen within the duplicate window: sequence, when.
+    ids: HashMap<String, (u64, Instant)>,
+    /// The `Nats-Msg-Id` of the last message stored, if it had one.
+    last_msg_id: Option<String>,
+}
+
+/// What a stream did with a message published to a subject it stores.
+#[derive(Debug)]
+pub(super) enum Storing {
+    Stored(String, u64),
+    /// Dropped: the stream stored a message with the same id within its duplicate window.
+    Duplicate(String, u64),
+    /// Refused, and why (the server's words).
+    Refused(String, String),
+    /// No stream stores the subject.
+    Nowhere,
 }
 
 #[derive(Debug, Clone)]
@@ -220,6 +242,43 @@ impl<'a> AckSubject<'a> {
     }
 }
 
+impl Stream {
+    /// The failed `Nats-Expected-*` check of `message`, in the server's words.
+    fn expectation_failed(&self, name: &str, message: &RawMessage) -> Option<String> {
+        let headers = &message.headers;
+        if let Some(expected) = headers.get("Nats-Expected-Stream")
+            && expected != name
+        {
+            return Some("expected stream does not match".to_owned());
+        }
+        if let Some(expected) = headers.get("Nats-Expected-Last-Sequence")
+            && expected.trim().parse::<u64>().ok() != Some(self.last_seq)
+        {
+            return Some(format!("wrong last sequence: {}", self.last_seq));
+        }
+        if let Some(expected) = headers.get("Nats-Expected-Last-Subject-Sequence") {
+            let last = self
+                .messages
+                .iter()
+                .rev()
+                .find(|(_, m)| m.subject == message.subject)
+                .map_or(0, |(seq, _)| *seq);
+            if expected.trim().parse::<u64>().ok() != Some(last) {
+                return Some(format!("wrong last sequence: {last}"));
+            }
+        }
+        if let Some(expected) = headers.get("Nats-Expected-Last-Msg-Id")
+            && self.last_msg_id.as_deref().unwrap_or_default() != expected
+        {
+            return Some(format!(
+                "wrong last msg ID: {}",
+                self.last_msg_id.as_deref().unwrap_or_default()
+            ));
+        }
+        None
+    }
+}
+
 impl State {
     pub(super) fn new() -> Self {
         Self {
@@ -251,17 +310,25 @@ impl State {
         now: Instant,
     ) -> Option<(String, u64)> {
         let message = RawMessage {
-            subject: Arc::clone(&subject),
+            subject,
             reply: None,
             headers,
             payload,
         };
+        match self.publish_message(message, now) {
+            Storing::Stored(stream, seq) => Some((stream, seq)),
+            _ => None,
+        }
+    }
+
+    /// Publishes `message` (with its reply subject) and says what a stream did with it.
+    pub(super) fn publish_message(&mut self, message: RawMessage, now: Instant) -> Storing {
         self.history.push(message.clone());
         self.activity += 1;
-        if subject.starts_with(ACK_PREFIX) {
-            self.acknowledge(&subject, &message.payload, now);
+        if message.subject.starts_with(ACK_PREFIX) {
+            self.acknowledge(&message.subject, &message.payload, now);
         }
-        let stored = self.store(&message);
+        let stored = self.store(&message, now);
         self.route(&message);
         stored
     }
@@ -277,29 +344,81 @@ impl State {
         payload: Bytes,
         now: Instant,
     ) -> Result<u64, TransportError> {
-        if self.stream_storing(&subject).is_some()
-            && let Some((_, seq)) =
-                self.publish(Arc::clone(&subject), headers.clone(), payload.clone(), now)
-        {
-            return Ok(seq);
+        self.publish_confirmed(subject, headers, payload, now)
+            .map(|ack| ack.sequence)
+    }
+
+    /// [`State::publish_stored`] with the whole acknowledgement: a refusal (limits with
+    /// `discard: new`, a failed `Nats-Expected-*` check) is `Refused`, a message id seen within
+    /// the duplicate window is acknowledged as a duplicate and not stored again.
+    pub(super) fn publish_confirmed(
+        &mut self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+        now: Instant,
+    ) -> Result<StoredAck, TransportError> {
+        let message = RawMessage {
+            subject: Arc::clone(&subject),
+            reply: None,
+            headers,
+            payload,
+        };
+        if self.stream_storing(&subject).is_some() {
+            match self.publish_message(message, now) {
+                Storing::Stored(stream, sequence) => {
+                    return Ok(StoredAck {
+                        stream,
+                        sequence,
+                        duplicate: false,
+                    });
+                }
+                Storing::Duplicate(stream, sequence) => {
+                    return Ok(StoredAck {
+                        stream,
+                        sequence,
+                        duplicate: true,
+                    });
+                }
+                Storing::Refused(stream, why) => {
+                    return Err(TransportError::new(
+                        TransportErrorKind::Refused,
+                        format!("stored publish to `{subject}` failed: stream `{stream}`: {why}"),
+                    ));
+                }
+                Storing::Nowhere => {
+                    return Err(TransportError::new(
+                        TransportErrorKind::NoStream,
+                        format!("no stream stores `{subject}`: declare a stream with this subject"),
+                    ));
+                }
+            }
         }
-        let subscribed = self
-            .subscriptions
-            .iter()
-            .any(|s| !s.tx.is_closed() && matches(&s.pattern, &subject));
-        if !subscribed {
+        if !self.has_subscriber(&subject) {
             return Err(TransportError::new(
                 TransportErrorKind::NoStream,
                 format!("no stream stores `{subject}`: declare a stream with this subject"),
             ));
         }
-        self.publish(Arc::clone(&subject), headers, payload, now);
+        self.publish_message(message, now);
         Err(TransportError::new(
             TransportErrorKind::Other,
             format!(
                 "no stream stores `{subject}`: its Core subscribers got the message, and no stream acknowledged it"
             ),
         ))
+    }
+
+    /// Whether a Core subscription matches `subject`.
+    pub(super) fn has_subscriber(&self, subject: &str) -> bool {
+        self.subscriptions
+            .iter()
+            .any(|s| !s.tx.is_closed() && matches(&s.pattern, subject))
+    }
+
+    /// A fresh inbox subject for a request.
+    pub(super) fn new_inbox(&mut self) -> String {
+        format!("_INBOX.inprocess.{}", self.id())
     }
 
     /// The stream whose subjects match `subject` (or overlap it, for a pattern).
@@ -310,12 +429,37 @@ impl State {
             .map(|(name, _)| name.clone())
     }
 
-    fn store(&mut self, message: &RawMessage) -> Option<(String, u64)> {
+    fn store(&mut self, message: &RawMessage, now: Instant) -> Storing {
         let timestamp_ns = self.clock.now_ns();
-        let (name, stream) = self
+        let Some((name, stream)) = self
             .streams
             .iter_mut()
-            .find(|(_, s)| s.subjects.iter().any(|p| matches(p, &message.subject)))?;
+            .find(|(_, s)| s.subjects.iter().any(|p| matches(p, &message.subject)))
+        else {
+            return Storing::Nowhere;
+        };
+        let name = name.clone();
+        let window = stream.limits.duplicate_window;
+        stream
+            .ids
+            .retain(|_, (_, at)| now.duration_since(*at) < window);
+        let msg_id = message.headers.get(MSG_ID).map(str::to_owned);
+        if let Some(id) = &msg_id
+            && let Some((seq, _)) = stream.ids.get(id)
+        {
+            return Storing::Duplicate(name, *seq);
+        }
+        if let Some(why) = stream.expectation_failed(&name, message) {
+            return Storing::Refused(name, why);
+        }
+        if let Some(max) = stream.limits.max_msgs
+            && u64::try_from(stream.messages.len()).unwrap_or(u64::MAX) >= max
+        {
+            if stream.limits.discard_new {
+                return Storing::Refused(name, "maximum messages exceeded".to_owned());
+            }
+            stream.messages.pop_first();
+        }
         stream.last_seq += 1;
         let seq = stream.last_seq;
         stream.messages.insert(
@@ -327,9 +471,35 @@ impl State {
                 timestamp_ns,
             },
         );
-        let name = name.clone();
+        if let Some(id) = &msg_id {
+            stream.ids.insert(id.clone(), (seq, now));
+        }
+        stream.last_msg_id = msg_id;
         self.pump_stream(&name);
-        Some((name, seq))
+        Storing::Stored(name, seq)
+    }
+
+    /// Sets the limits of stream `name`; false without such a stream.
+    pub(super) fn set_limits(&mut self, name: &str, limits: StreamLimits) -> bool {
+        self.activity += 1;
+        match self.streams.get_mut(name) {
+            Some(stream) => {
+                stream.limits = limits;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every stream with its subjects.
+    pub(super) fn streams(&self) -> Vec<StreamSpec> {
+        self.streams
+            .iter()
+            .map(|(name, s)| StreamSpec {
+                name: name.clone(),
+                subjects: s.subjects.clone(),
+            })
+            .collect()
     }
 
     /// Hands a Core message to every matching subscription, one member per queue group.
@@ -411,6 +581,9 @@ impl State {
                         messages: BTreeMap::new(),
                         last_seq: 0,
                         consumers: BTreeMap::new(),
+                        limits: StreamLimits::default(),
+                        ids: HashMap::new(),
+                        last_msg_id: None,
                     },
                 );
             }

@@ -1,0 +1,392 @@
+//! Outputs as safe as inputs, asked of a real nats-server and of the in-process NATS with the
+//! same scenario bodies:
+//!
+//! - a reply whose subject a stream stores is confirmed by that stream before the input is
+//!   settled: a stream that refuses it (full, `discard: new`) leaves the input unacknowledged,
+//!   and nothing is lost once the stream takes messages again;
+//! - a redelivered input does not store its output twice: the output carries a `Nats-Msg-Id`
+//!   derived from the input, and the stream's duplicate window drops the second copy.
+
+mod nats_support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, stream};
+use ruststream::App as _;
+use ruststream_nats::prelude::*;
+use ruststream_nats::testing::{StoredMessage, StreamLimits, TestApp};
+use ruststream_nats::transport::TransportOverride;
+use serde::{Deserialize, Serialize};
+
+use nats_support::{PATIENCE, jetstream_server, millis};
+use ruststream_test_server::client::stream_messages;
+
+#[derive(Debug, Deserialize)]
+struct Order {
+    id: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Outgoing)]
+#[outgoing(name = "receipts.issued")]
+struct Receipt {
+    order: u64,
+}
+
+/// How many times the handlers ran, per app (the in-process and live runs share no counter).
+#[derive(Clone, Default)]
+struct Calls(Arc<AtomicU32>);
+
+impl Calls {
+    fn count(&self) -> u32 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn add(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[subscriber(
+    JetStreamSubject::new("orders.created", "ORDERS").durable("receipt").ack_wait(millis(3000)),
+    reply
+)]
+async fn receipt(order: &Order, State(calls): State<Calls>) -> Result<Receipt, HandlerOutcome> {
+    calls.add();
+    Ok(Receipt { order: order.id })
+}
+
+/// Publishes its receipt, then (on a first delivery) takes longer than `ack_wait`: its `+ACK`
+/// comes too late, and the server delivers the input again.
+#[subscriber(JetStreamSubject::new("orders.placed", "ORDERS").durable("slow").ack_wait(millis(1000)))]
+async fn slow_receipt(
+    order: &Order,
+    Ctx(delivered): Ctx<Delivered>,
+    State(calls): State<Calls>,
+    ctx: &mut Context<'_>,
+) -> HandlerOutcome {
+    calls.add();
+    if ctx.publish(&Receipt { order: order.id }).await.is_err() {
+        return HandlerOutcome::retry();
+    }
+    if delivered == Some(1) {
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+    }
+    HandlerOutcome::ack()
+}
+
+fn app(calls: Calls, mount: impl FnOnce(&mut ruststream::Scope<Calls>)) -> impl App<State = Calls> {
+    RustStream::new(AppInfo::new("outputs", "0.1.0"))
+        .on_startup(async move |()| Ok::<_, std::convert::Infallible>(calls))
+        .with_broker(NatsBroker::new("nats://127.0.0.1:1"), mount)
+}
+
+/// What a scenario asks of the server it runs on, in process or live.
+#[allow(clippy::large_enum_variant)] // one per test
+enum Server {
+    InProcess(TestApp),
+    Live {
+        _server: ruststream_test_server::NatsServer,
+        js: jetstream::Context,
+        running: Option<ruststream::RunningApp>,
+    },
+}
+
+impl Server {
+    /// The app of `mount` on a server whose `ORDERS` stores `orders.>` and `RECEIPTS` stores
+    /// `receipts.>` with `limits`.
+    async fn start(
+        live: bool,
+        limits: StreamLimits,
+        calls: Calls,
+        mount: impl FnOnce(&mut ruststream::Scope<Calls>),
+    ) -> Self {
+        if live {
+            let (server, _client, js) = jetstream_server().await;
+            js.create_stream(stream::Config {
+                name: "RECEIPTS".into(),
+                subjects: vec!["receipts.>".into()],
+                max_messages: limits.max_msgs.map_or(-1, |m| m as i64),
+                discard: if limits.discard_new {
+                    stream::DiscardPolicy::New
+                } else {
+                    stream::DiscardPolicy::Old
+                },
+                duplicate_window: limits.duplicate_window,
+                ..Default::default()
+            })
+            .await
+            .expect("RECEIPTS is created");
+            let transport = ruststream_nats::transport::nats::NatsTransport::new(
+                ruststream_test_server::client::connect(&server).await,
+            );
+            let env = ruststream::Env::new().with(TransportOverride(Arc::new(transport)));
+            let running = app(calls, mount).start(env).await.expect("the app starts");
+            Self::Live {
+                _server: server,
+                js,
+                running: Some(running),
+            }
+        } else {
+            let nats = ruststream_nats::testing::InProcessNats::new();
+            use ruststream_nats::transport::{StreamSpec, Transport as _};
+            for (name, subjects) in [("ORDERS", "orders.>"), ("RECEIPTS", "receipts.>")] {
+                nats.declare_stream(StreamSpec {
+                    name: name.into(),
+                    subjects: vec![subjects.into()],
+                })
+                .await
+                .expect("declared");
+            }
+            assert!(nats.set_stream_limits("RECEIPTS", limits));
+            Self::InProcess(
+                TestApp::start_on(app(calls, mount), nats)
+                    .await
+                    .expect("the app starts"),
+            )
+        }
+    }
+
+    async fn publish(&self, subject: &str, payload: &str) {
+        match self {
+            Self::InProcess(t) => {
+                t.publish_raw(
+                    subject,
+                    ruststream::Headers::new(),
+                    payload.as_bytes().to_vec(),
+                )
+                .await
+                .expect("published");
+            }
+            Self::Live { js, .. } => {
+                nats_support::publish_stored(js, subject, payload).await;
+            }
+        }
+    }
+
+    /// Lets time pass (the paused clock in process, the real one live) and things settle.
+    async fn wait(&self, d: Duration) {
+        match self {
+            // A handler retrying at once (a stream refusing its output) keeps the app busy
+            // without time passing: then only let it run a little.
+            Self::InProcess(t) => {
+                if t.try_settle(20).await {
+                    t.advance(d).await;
+                }
+            }
+            Self::Live { .. } => tokio::time::sleep(d).await,
+        }
+    }
+
+    /// The messages `stream` holds: payload, `Nats-Msg-Id`.
+    async fn stored(&self, stream: &str) -> Vec<(String, Option<String>)> {
+        let messages: Vec<StoredMessage> = match self {
+            Self::InProcess(t) => t.nats().stream_messages(stream),
+            Self::Live { js, .. } => stream_messages(js, stream)
+                .await
+                .into_iter()
+                .map(StoredMessage::from)
+                .collect(),
+        };
+        messages
+            .into_iter()
+            .map(|m| {
+                (
+                    String::from_utf8_lossy(&m.payload).into_owned(),
+                    m.headers.get("Nats-Msg-Id").map(str::to_owned),
+                )
+            })
+            .collect()
+    }
+
+    /// (ack pending, ack floor stream sequence) of consumer `durable` of ORDERS; in process the
+    /// floor is the last stream sequence delivered once nothing is pending, else 0.
+    async fn consumer(&self, durable: &str) -> (u64, u64) {
+        match self {
+            Self::InProcess(t) => {
+                let info = t
+                    .nats()
+                    .consumer_info("ORDERS", durable)
+                    .expect("the consumer");
+                let floor = if info.ack_pending == 0 {
+                    info.delivered_stream
+                } else {
+                    0
+                };
+                (info.ack_pending as u64, floor)
+            }
+            Self::Live { js, .. } => {
+                let info = nats_support::consumer_info(js, "ORDERS", durable).await;
+                (info.num_ack_pending as u64, info.ack_floor.stream_sequence)
+            }
+        }
+    }
+
+    /// Lets RECEIPTS take any number of messages.
+    async fn lift_limits(&self) {
+        match self {
+            Self::InProcess(t) => {
+                assert!(
+                    t.nats()
+                        .set_stream_limits("RECEIPTS", StreamLimits::default())
+                );
+            }
+            Self::Live { js, .. } => {
+                let mut config = js
+                    .get_stream("RECEIPTS")
+                    .await
+                    .expect("RECEIPTS")
+                    .cached_info()
+                    .config
+                    .clone();
+                config.max_messages = -1;
+                js.update_stream(&config).await.expect("RECEIPTS updated");
+            }
+        }
+    }
+
+    async fn until(&self, what: &str, mut check: impl FnMut() -> bool) {
+        let step = Duration::from_millis(50);
+        let deadline = PATIENCE.as_millis() / step.as_millis();
+        for _ in 0..deadline {
+            if check() {
+                return;
+            }
+            self.wait(step).await;
+        }
+        panic!("timed out after {PATIENCE:?} waiting for: {what}");
+    }
+
+    async fn stop(mut self) {
+        match &mut self {
+            Self::InProcess(t) => t.shutdown().await.expect("a clean stop"),
+            Self::Live { running, .. } => {
+                if let Some(running) = running.take() {
+                    running.stop().await.expect("a clean stop");
+                }
+            }
+        }
+    }
+}
+
+/// Runs each scenario in process (paused clock) and live (real server, real clock).
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod in_process {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $name() {
+                    super::$name(false).await;
+                }
+            )*
+        }
+        mod live {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(true).await;
+                }
+            )*
+        }
+    };
+}
+
+both!(
+    a_refused_reply_leaves_the_input_unacknowledged,
+    a_redelivered_input_stores_its_output_once
+);
+
+async fn a_refused_reply_leaves_the_input_unacknowledged(live: bool) {
+    let counter = Calls::default();
+    let server = Server::start(live, StreamLimits::refuse_past(1), counter.clone(), |b| {
+        b.include(receipt);
+    })
+    .await;
+    let calls = || counter.count();
+
+    server.publish("orders.created", r#"{"id":1}"#).await;
+    server
+        .until("the first input is handled", || calls() >= 1)
+        .await;
+    for _ in 0..100 {
+        if server.consumer("receipt").await == (0, 1) {
+            break;
+        }
+        server.wait(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        server.consumer("receipt").await,
+        (0, 1),
+        "the first input is acknowledged"
+    );
+    assert_eq!(server.stored("RECEIPTS").await.len(), 1);
+
+    // RECEIPTS is full and refuses the second receipt: the input is not acknowledged, and
+    // comes back (retry) while the stream refuses.
+    let before = calls();
+    server.publish("orders.created", r#"{"id":2}"#).await;
+    server
+        .until("the second input is handled three times", || {
+            calls() >= before + 3
+        })
+        .await;
+    let (pending, _) = server.consumer("receipt").await;
+    assert_eq!(pending, 1, "the second input is not acknowledged");
+    assert_eq!(
+        server.stored("RECEIPTS").await.len(),
+        1,
+        "the stream refused it"
+    );
+
+    // Once the stream takes messages, the receipt is stored and the input acknowledged.
+    server.lift_limits().await;
+    for _ in 0..100 {
+        if server.consumer("receipt").await == (0, 2) {
+            break;
+        }
+        server.wait(Duration::from_millis(50)).await;
+    }
+    assert_eq!(server.consumer("receipt").await, (0, 2), "nothing pending");
+    let stored: Vec<String> = server
+        .stored("RECEIPTS")
+        .await
+        .into_iter()
+        .map(|(payload, _)| payload)
+        .collect();
+    assert_eq!(stored, [r#"{"order":1}"#, r#"{"order":2}"#], "nothing lost");
+    server.stop().await;
+}
+
+async fn a_redelivered_input_stores_its_output_once(live: bool) {
+    let counter = Calls::default();
+    let server = Server::start(live, StreamLimits::default(), counter.clone(), |b| {
+        b.include(slow_receipt);
+    })
+    .await;
+    let before = counter.count();
+    server.publish("orders.placed", r#"{"id":7}"#).await;
+    // The first delivery's +ACK comes after ack_wait: the server delivers it again, and the
+    // handler publishes its receipt a second time.
+    server
+        .until("the input is handled twice", || {
+            counter.count() >= before + 2
+        })
+        .await;
+    for _ in 0..100 {
+        if server.consumer("slow").await.0 == 0 {
+            break;
+        }
+        server.wait(Duration::from_millis(50)).await;
+    }
+    assert_eq!(server.consumer("slow").await.0, 0, "settled");
+    assert_eq!(
+        server.stored("RECEIPTS").await,
+        [(
+            r#"{"order":7}"#.to_owned(),
+            Some("ORDERS:1:slow_receipt:0".to_owned())
+        )],
+        "the stream holds the receipt once, under the id derived from the input"
+    );
+    server.stop().await;
+}

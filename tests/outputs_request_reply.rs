@@ -1,0 +1,224 @@
+//! Request/reply: a `reply` handler on a Core subject answers requests (the `Ok` value goes to
+//! the requester's inbox and to its `#[outgoing]` subject), and a typed request on the calling
+//! side returns the decoded response, "no responders" at once, or a timeout. Live against a
+//! real nats-server (the requester a raw async-nats client, and the app's own `NatsClient`),
+//! and in process through `TestApp`.
+
+mod nats_support;
+
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use ruststream::{CORRELATION_ID_HEADER, PublishErrorKind};
+use ruststream_nats::NatsClient;
+use ruststream_nats::prelude::*;
+use ruststream_nats::testing::TestApp;
+use serde::{Deserialize, Serialize};
+
+use nats_support::{Recorder, live_server, start_on};
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Number {
+    value: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Outgoing)]
+#[outgoing(name = "math.doubled")]
+struct Doubled {
+    value: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Outgoing)]
+#[outgoing(name = "math.quadrupled")]
+struct Quadrupled {
+    value: i64,
+}
+
+#[subscriber("math.double", reply)]
+async fn double(n: &Number) -> Result<Doubled, HandlerOutcome> {
+    Ok(Doubled { value: n.value * 2 })
+}
+
+/// Asks `math.double` twice, from inside a handler.
+#[subscriber("math.quadruple", reply)]
+async fn quadruple(n: &Number, ctx: &mut Context<'_>) -> Result<Quadrupled, HandlerOutcome> {
+    let ask = async |value| {
+        ctx.request::<_, Doubled>("math.double", &Number { value }, Duration::from_secs(2))
+            .await
+            .map_err(|_| HandlerOutcome::drop())
+    };
+    let twice = ask(n.value).await?;
+    let four_times = ask(twice.value).await?;
+    Ok(Quadrupled {
+        value: four_times.value,
+    })
+}
+
+/// Listens and never answers.
+#[subscriber("math.silent")]
+async fn silent(_n: &Number) -> HandlerOutcome {
+    HandlerOutcome::ack()
+}
+
+fn mount(b: &mut ruststream::Scope<()>) {
+    b.include(double);
+    b.include(quadruple);
+    b.include(silent);
+}
+
+#[tokio::test]
+async fn a_raw_request_to_a_reply_handler_gets_the_value_and_the_outgoing_subject_the_event() {
+    let (server, client) = live_server().await;
+    let running = start_on(&server, mount).await;
+    let events = Recorder::start(&client, ["math.doubled"]).await;
+
+    let response = client
+        .request("math.double", r#"{"value":21}"#.into())
+        .await
+        .expect("the handler answers");
+    assert_eq!(&response.payload[..], br#"{"value":42}"#);
+
+    let seen = events.until(1).await;
+    assert_eq!(seen.len(), 1);
+    assert_eq!(&seen[0].payload[..], br#"{"value":42}"#);
+    assert_eq!(seen[0].subject.as_str(), "math.doubled");
+
+    // The correlation id of the request comes back on the response and on the event.
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(CORRELATION_ID_HEADER, "req-7");
+    let response = client
+        .request_with_headers("math.double", headers, r#"{"value":5}"#.into())
+        .await
+        .expect("the handler answers");
+    assert_eq!(&response.payload[..], br#"{"value":10}"#);
+    let correlation = |m: &async_nats::Message| {
+        m.headers
+            .as_ref()
+            .and_then(|h| h.get(CORRELATION_ID_HEADER))
+            .map(|v| v.as_str().to_owned())
+    };
+    assert_eq!(correlation(&response).as_deref(), Some("req-7"));
+    let seen = events.until(2).await;
+    assert_eq!(correlation(&seen[1]).as_deref(), Some("req-7"));
+
+    running.stop().await.expect("a clean stop");
+}
+
+#[tokio::test]
+async fn a_typed_request_from_outside_and_inside_a_handler() {
+    let (server, client) = live_server().await;
+    let running = start_on(&server, mount).await;
+    let nats = NatsClient::of(&running).expect("the app runs a NATS broker");
+
+    let doubled: Doubled = nats
+        .request("math.double", &Number { value: 4 }, Duration::from_secs(5))
+        .await
+        .expect("answered");
+    assert_eq!(doubled, Doubled { value: 8 });
+
+    let quadrupled: Quadrupled = nats
+        .request(
+            "math.quadruple",
+            &Number { value: 3 },
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(quadrupled, Quadrupled { value: 12 });
+
+    // Nobody listens: at once, not after the timeout.
+    let started = std::time::Instant::now();
+    let err = nats
+        .request::<_, Doubled>("nobody.home", &Number { value: 1 }, Duration::from_secs(30))
+        .await
+        .expect_err("no responders");
+    assert_eq!(err.kind(), PublishErrorKind::NoResponders, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{err}");
+
+    // Someone listens and does not answer.
+    let err = nats
+        .request::<_, Doubled>(
+            "math.silent",
+            &Number { value: 1 },
+            Duration::from_millis(300),
+        )
+        .await
+        .expect_err("a timeout");
+    assert_eq!(err.kind(), PublishErrorKind::Timeout, "{err}");
+
+    // A response that is not the type asked for.
+    let mut echo = client.subscribe("math.echo").await.expect("subscribed");
+    let responder = client.clone();
+    tokio::spawn(async move {
+        if let Some(m) = echo.next().await
+            && let Some(reply) = m.reply
+        {
+            let _ = responder.publish(reply, "not json".into()).await;
+        }
+    });
+    client.flush().await.expect("flushed");
+    let err = nats
+        .request::<_, Doubled>("math.echo", &Number { value: 1 }, Duration::from_secs(5))
+        .await
+        .expect_err("undecodable");
+    assert_eq!(err.kind(), PublishErrorKind::Decode, "{err}");
+
+    let err = nats
+        .request::<_, Doubled>("$JS.API.INFO", &Number { value: 1 }, Duration::from_secs(1))
+        .await
+        .expect_err("reserved");
+    assert_eq!(err.kind(), PublishErrorKind::Reserved, "{err}");
+
+    running.stop().await.expect("a clean stop");
+}
+
+fn app() -> impl App<State = ()> {
+    RustStream::new(AppInfo::new("math", "0.1.0"))
+        .with_broker(NatsBroker::new("nats://127.0.0.1:1"), mount)
+}
+
+#[tokio::test(start_paused = true)]
+async fn test_app_answers_requests_and_sends_them() {
+    let t = TestApp::start(app()).await.expect("the app starts");
+
+    let doubled: Doubled = t
+        .request("math.double", &Number { value: 21 }, Duration::from_secs(1))
+        .await
+        .expect("answered");
+    assert_eq!(doubled, Doubled { value: 42 });
+    t.settle().await;
+    assert_eq!(
+        t.published::<Doubled>("math.doubled"),
+        [Doubled { value: 42 }]
+    );
+
+    let quadrupled: Quadrupled = t
+        .request(
+            "math.quadruple",
+            &Number { value: 3 },
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(quadrupled, Quadrupled { value: 12 });
+
+    let err = t
+        .request::<_, Doubled>("nobody.home", &Number { value: 1 }, Duration::from_secs(30))
+        .await
+        .expect_err("no responders");
+    assert_eq!(err.kind(), PublishErrorKind::NoResponders, "{err}");
+
+    let started = tokio::time::Instant::now();
+    let err = t
+        .request::<_, Doubled>("math.silent", &Number { value: 1 }, Duration::from_secs(2))
+        .await
+        .expect_err("a timeout");
+    assert_eq!(err.kind(), PublishErrorKind::Timeout, "{err}");
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(2),
+        "on tokio's clock"
+    );
+
+    t.shutdown().await.expect("a clean stop");
+}
