@@ -437,6 +437,30 @@ impl Broker for NatsBroker {
                         Box::pin(async move { open_from(&*transport, &endpoint, resume).await })
                     })
                 };
+                let idempotency = match &endpoint.policy().idempotency {
+                    Some(idempotency) => {
+                        transport
+                            .kv_bucket(idempotency.bucket.clone(), idempotency.window)
+                            .await
+                            .map_err(|err| {
+                                Error::new(
+                                    ErrorKind::Broker,
+                                    format!(
+                                        "cannot open the idempotency bucket `{}` of registration `{}`",
+                                        idempotency.bucket,
+                                        endpoint.name()
+                                    ),
+                                )
+                                .with_source(err)
+                            })?;
+                        Some(Arc::new(crate::idempotency::Guard::new(
+                            Arc::clone(&transport),
+                            idempotency,
+                            endpoint.name(),
+                        )))
+                    }
+                    None => None,
+                };
                 let source = Source {
                     endpoint,
                     messages,
@@ -447,6 +471,7 @@ impl Broker for NatsBroker {
                     reopen,
                     batch,
                     progress: Arc::default(),
+                    idempotency,
                 };
                 sources.push(tokio::spawn(source.run()));
             }

@@ -11,6 +11,7 @@ mod events;
 mod executor;
 #[cfg(test)]
 mod fuzz;
+mod idempotency;
 mod jetstream_info;
 mod keys;
 mod options;

@@ -149,6 +149,8 @@ pub(crate) struct Source {
     pub(crate) batch: usize,
     /// Where the registration stands in its stream (JetStream).
     pub(crate) progress: Arc<Progress>,
+    /// The bucket of the keys handled, when the registration is idempotent.
+    pub(crate) idempotency: Option<Arc<crate::idempotency::Guard>>,
 }
 
 impl Source {
@@ -416,6 +418,7 @@ impl Source {
         let executor = Arc::clone(&self.executor);
         let publisher = Arc::clone(&self.publisher);
         let progress = Arc::clone(&self.progress);
+        let idempotency = self.idempotency.clone();
         async move {
             let unit = unit.as_slice();
             if endpoint.is_batch() {
@@ -427,6 +430,15 @@ impl Source {
                 }
             } else {
                 for incoming in unit {
+                    let claim = match &idempotency {
+                        Some(guard) => {
+                            match admit(guard, &endpoint, &executor, &progress, incoming).await {
+                                Some(claim) => claim,
+                                None => continue,
+                            }
+                        }
+                        None => None,
+                    };
                     let dispatch = endpoint.dispatch(&incoming.delivery, &*publisher);
                     let (handled, decision) = with_progress(
                         &endpoint,
@@ -436,6 +448,9 @@ impl Source {
                     )
                     .await;
                     settle(&executor, &progress, incoming, &handled, &decision).await;
+                    if let (Some(guard), Some((key, revision))) = (&idempotency, claim) {
+                        guard.settled(key, revision, &decision).await;
+                    }
                 }
             }
         }
@@ -506,6 +521,69 @@ async fn with_progress<T>(
             }
         }
     }
+}
+
+/// Before an idempotent handler runs: `Some(Some((key, revision)))` when `incoming` holds the
+/// claim on its key, `Some(None)` when it has no key (it runs unguarded), `None` when it was
+/// settled here without running the handler (its key was handled, or is claimed).
+async fn admit(
+    guard: &crate::idempotency::Guard,
+    endpoint: &Endpoint,
+    executor: &Executor,
+    progress: &Progress,
+    incoming: &Incoming,
+) -> Option<Option<(String, u64)>> {
+    use crate::idempotency::Admission;
+    use ruststream::HandlerOutcome;
+    use ruststream::settle::{AckKind, Settle};
+    let key = match endpoint.idempotency_key(&incoming.delivery)? {
+        Ok(key) => key,
+        Err(why) => {
+            tracing::warn!(
+                registration = endpoint.name(),
+                subject = incoming.delivery.subject(),
+                why,
+                "the delivery has no idempotency key: its handler runs without the guard"
+            );
+            return Some(None);
+        }
+    };
+    let (handled, decision) = match guard.admit(&key).await {
+        Admission::Claimed { key, revision } => return Some(Some((key, revision))),
+        Admission::Handled => {
+            tracing::debug!(
+                registration = endpoint.name(),
+                key,
+                "the key was already handled: acknowledged without running the handler"
+            );
+            let handled = Handled::Outcome(HandlerOutcome::ack());
+            let decision = endpoint.decide(&incoming.delivery, &handled);
+            (handled, decision)
+        }
+        Admission::HeldBack(delay) => {
+            tracing::debug!(
+                registration = endpoint.name(),
+                key,
+                ?delay,
+                "the key is claimed by another delivery: held back"
+            );
+            let settle = match endpoint.info().descriptor.model {
+                DeliveryModel::JetStream => Settle::Send(AckKind::NakAfter(delay)),
+                DeliveryModel::Core => Settle::Nothing,
+            };
+            let decision = Decision {
+                dead_letter: false,
+                copy: None,
+                settle,
+            };
+            (
+                Handled::Outcome(HandlerOutcome::retry_after(delay)),
+                decision,
+            )
+        }
+    };
+    settle(executor, progress, incoming, &handled, &decision).await;
+    None
 }
 
 /// Executes `decision` for `incoming`, unless a later delivery of the same message was already

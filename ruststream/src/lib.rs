@@ -12,6 +12,7 @@ mod error;
 mod extract;
 mod handler;
 mod header;
+pub mod idempotency;
 pub mod middleware;
 mod outcome;
 mod outgoing;

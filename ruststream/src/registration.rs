@@ -194,6 +194,9 @@ pub struct Policy {
     pub on_panic: OnFailure,
     /// What a handler's `Err` of its own error type becomes (`retry()` by default).
     pub on_error: OnFailure,
+    /// Whether a message whose key was already handled is acknowledged without running the
+    /// handler, and where the keys are kept; `None`: every message runs it.
+    pub idempotency: Option<crate::idempotency::Idempotency>,
 }
 
 impl Default for Policy {
@@ -210,6 +213,7 @@ impl Default for Policy {
             codec: None,
             on_panic: OnFailure::Retry,
             on_error: OnFailure::Retry,
+            idempotency: None,
         }
     }
 }
@@ -265,6 +269,9 @@ pub fn policy_notes(r: &RegistrationInfo) -> Vec<String> {
             "undecodable: {}, panic: {}, error: {}",
             p.undecodable, p.on_panic, p.on_error
         ));
+    }
+    if let Some(idempotency) = &p.idempotency {
+        notes.push(idempotency.to_string());
     }
     notes
 }
@@ -360,6 +367,7 @@ pub struct Registration<S> {
     publishes: Vec<&'static str>,
     layers: LayerStack,
     unroutable: Option<String>,
+    idempotency_key: Option<Arc<crate::idempotency::KeyFn>>,
 }
 
 /// A registration's middleware by scope, each outermost first.
@@ -428,6 +436,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             publishes: O::subjects(),
             layers: LayerStack::default(),
             unroutable: None,
+            idempotency_key: None,
         }
     }
 
@@ -487,6 +496,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             publishes: O::subjects(),
             layers: LayerStack::default(),
             unroutable: None,
+            idempotency_key: None,
         }
     }
 }
@@ -546,6 +556,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             publishes: O::subjects(),
             layers: LayerStack::default(),
             unroutable: None,
+            idempotency_key: None,
         }
     }
 }
@@ -743,12 +754,96 @@ impl<S> Registration<S> {
         self.layers.router = outer;
     }
 
-    /// An error when a router could not prefix this registration.
+    /// An error when a router could not prefix this registration, or its idempotency cannot
+    /// run.
     pub(crate) fn check_routed(&self) -> Result<(), crate::Error> {
-        match &self.unroutable {
-            Some(reason) => Err(crate::Error::new(crate::ErrorKind::Config, reason.clone())),
-            None => Ok(()),
+        if let Some(reason) = &self.unroutable {
+            return Err(crate::Error::new(crate::ErrorKind::Config, reason.clone()));
         }
+        self.check_idempotency()
+    }
+
+    fn check_idempotency(&self) -> Result<(), crate::Error> {
+        let config = |reason: String| Err(crate::Error::new(crate::ErrorKind::Config, reason));
+        let Some(idempotency) = &self.policy.idempotency else {
+            return Ok(());
+        };
+        if self.idempotency_key.is_none() {
+            return config(format!(
+                "registration `{}` sets an idempotency window, bucket or claim without a key; add `.idempotent_by(|message: &T| message.id)` or `.idempotent_by_header(\"name\")`",
+                self.name
+            ));
+        }
+        if matches!(self.handler, HandlerKind::Batch(_)) {
+            return config(format!(
+                "registration `{}` is a batch handler, and idempotency runs on single handlers only; take one message per call, or deduplicate inside the batch",
+                self.name
+            ));
+        }
+        if idempotency.window.is_zero() || idempotency.claim.is_zero() {
+            return config(format!(
+                "registration `{}` has a zero idempotency window or claim; give both a duration above zero",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+
+    /// Handles each message once per key: a message whose key (what `key` makes of its
+    /// payload, decoded as `T` with the registration's codec) was already handled within the
+    /// window is acknowledged without running the handler. The broker keeps the keys in a
+    /// store (on NATS, a JetStream key-value bucket), claims a key before the handler runs and
+    /// records it once the handler's `ack()` is settled. Single handlers only. Shown in
+    /// `describe`. See `docs/idempotency.md` for what it guarantees.
+    pub fn idempotent_by<T, K>(
+        &mut self,
+        key: impl Fn(&T) -> K + Send + Sync + 'static,
+    ) -> &mut Self
+    where
+        T: DeserializeOwned + 'static,
+        K: fmt::Display,
+    {
+        self.idempotency_key = Some(crate::idempotency::by_payload(key));
+        self.idempotency_config().key = "payload".to_owned();
+        self
+    }
+
+    /// Like [`idempotent_by`](Self::idempotent_by), the key being the value of header `name`
+    /// (`Nats-Msg-Id`, an idempotency key the publisher sets).
+    pub fn idempotent_by_header(&mut self, name: impl Into<String>) -> &mut Self {
+        let name = name.into();
+        self.idempotency_config().key = format!("header {name}");
+        self.idempotency_key = Some(crate::idempotency::by_header(name));
+        self
+    }
+
+    /// How long a handled key is remembered (a day by default): a message of the same key
+    /// later than that runs the handler again.
+    pub fn idempotency_window(&mut self, window: Duration) -> &mut Self {
+        self.idempotency_config().window = window;
+        self
+    }
+
+    /// The store's name (the key-value bucket's on NATS); `idempotency-<registration>` by
+    /// default. Registrations may share one.
+    pub fn idempotency_bucket(&mut self, bucket: impl Into<String>) -> &mut Self {
+        self.idempotency_config().bucket = bucket.into();
+        self
+    }
+
+    /// How long the claim on a key holds while the handler runs (30 s by default): a
+    /// duplicate arriving meanwhile waits for it. It must be longer than the handler may run
+    /// (pair it with [`handler_timeout`](Self::handler_timeout)); when the process dies between
+    /// the claim and the record, the key can be handled again once the claim expired.
+    pub fn idempotency_claim(&mut self, claim: Duration) -> &mut Self {
+        self.idempotency_config().claim = claim;
+        self
+    }
+
+    fn idempotency_config(&mut self) -> &mut crate::idempotency::Idempotency {
+        self.policy
+            .idempotency
+            .get_or_insert_with(|| crate::idempotency::Idempotency::new(String::new()))
     }
 
     /// Adds one of the app's layers (outside the broker's, after the app's added before).
@@ -792,10 +887,16 @@ impl<S> Registration<S> {
 
     /// The registration's facts.
     pub fn info(&self) -> RegistrationInfo {
+        let mut policy = self.policy.clone();
+        if let Some(idempotency) = &mut policy.idempotency
+            && idempotency.bucket.is_empty()
+        {
+            idempotency.bucket = crate::idempotency::default_bucket(&self.name);
+        }
         RegistrationInfo {
             name: self.name.clone(),
             descriptor: self.descriptor.info(),
-            policy: self.policy.clone(),
+            policy,
             batch: matches!(self.handler, HandlerKind::Batch(_)),
             publishes: self.publishes.clone(),
             middleware: self.layers.all().iter().map(|m| m.name()).collect(),
@@ -831,6 +932,8 @@ impl<S: Send + Sync + 'static> Registration<S> {
             info: Arc::new(info),
             handler,
             observer,
+            idempotency_key: self.idempotency_key,
+            codec,
         }
     }
 }
@@ -857,6 +960,8 @@ pub struct Endpoint {
     info: Arc<RegistrationInfo>,
     handler: BoundHandler,
     observer: Option<Arc<dyn crate::app::Observer>>,
+    idempotency_key: Option<Arc<crate::idempotency::KeyFn>>,
+    codec: Format,
 }
 
 impl fmt::Debug for Endpoint {
@@ -891,6 +996,14 @@ impl Endpoint {
     /// Whether the handler takes batches.
     pub fn is_batch(&self) -> bool {
         matches!(self.handler, BoundHandler::Batch(_))
+    }
+
+    /// The idempotency key of `delivery`: `None` when the registration is not idempotent,
+    /// `Some(Err(why))` when the delivery has none (its handler then runs unguarded).
+    pub fn idempotency_key(&self, delivery: &Delivery) -> Option<Result<String, String>> {
+        self.idempotency_key
+            .as_ref()
+            .map(|key| key(delivery, self.codec))
     }
 
     /// The facts the settlement decision needs about `delivery`.

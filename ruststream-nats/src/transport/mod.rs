@@ -274,6 +274,77 @@ pub trait Transport: Send + Sync + 'static {
         };
         self.consume(spec)
     }
+
+    /// Makes sure key-value bucket `bucket` exists, keeping each key's last value for
+    /// `max_age`: creates it when missing. The default cannot (an error).
+    fn kv_bucket(
+        &self,
+        bucket: String,
+        max_age: Duration,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let _ = max_age;
+        Box::pin(async move { Err(no_kv(&bucket)) })
+    }
+
+    /// The value key `key` holds in `bucket`, with its revision and age; `None` when it holds
+    /// none (never written, deleted, or older than the bucket's `max_age`).
+    fn kv_get(
+        &self,
+        bucket: String,
+        key: String,
+    ) -> BoxFuture<'_, Result<Option<KvEntry>, TransportError>> {
+        let _ = key;
+        Box::pin(async move { Err(no_kv(&bucket)) })
+    }
+
+    /// Writes `value` to `key` only when it holds none; its revision, or `None` when the key
+    /// holds a value (someone else wrote it first).
+    fn kv_create(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        let _ = (key, value);
+        Box::pin(async move { Err(no_kv(&bucket)) })
+    }
+
+    /// Writes `value` to `key` only when its last revision is `revision`; the new revision, or
+    /// `None` when the key changed since.
+    fn kv_update(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+        revision: u64,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        let _ = (key, value, revision);
+        Box::pin(async move { Err(no_kv(&bucket)) })
+    }
+
+    /// Deletes the value of `key`.
+    fn kv_delete(&self, bucket: String, key: String) -> BoxFuture<'_, Result<(), TransportError>> {
+        let _ = key;
+        Box::pin(async move { Err(no_kv(&bucket)) })
+    }
+}
+
+/// The value a key of a key-value bucket holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvEntry {
+    /// The value.
+    pub value: Bytes,
+    /// Its revision (the bucket's stream sequence on NATS).
+    pub revision: u64,
+    /// How long ago it was written, by the server's clock as this process reads it.
+    pub age: Duration,
+}
+
+fn no_kv(bucket: &str) -> TransportError {
+    TransportError::new(
+        TransportErrorKind::Other,
+        format!("this transport has no key-value buckets (bucket `{bucket}`)"),
+    )
 }
 
 /// Stops a subscription or a pull: once it resolves, the stream takes no new messages (the

@@ -29,8 +29,8 @@ use tokio::sync::oneshot;
 
 use super::pull::{Lookahead, Puller};
 use super::{
-    ConsumerSpec, RawMessage, StoredAck, StreamSpec, Subscription, Transport, TransportError,
-    TransportErrorKind, Unsubscribe,
+    ConsumerSpec, KvEntry, RawMessage, StoredAck, StreamSpec, Subscription, Transport,
+    TransportError, TransportErrorKind, Unsubscribe,
 };
 use crate::descriptor::DeliverPolicy;
 use crate::events::{Events, subscription_id};
@@ -56,6 +56,8 @@ pub struct NatsTransport {
     jetstream: jetstream::Context,
     /// Where Core subscriptions are recorded, to name them when they drop messages.
     events: Option<Arc<Events>>,
+    /// The key-value buckets opened so far, by name.
+    kv: Arc<tokio::sync::Mutex<std::collections::HashMap<String, jetstream::kv::Store>>>,
 }
 
 impl std::fmt::Debug for NatsTransport {
@@ -74,7 +76,64 @@ impl NatsTransport {
             client,
             jetstream,
             events: None,
+            kv: Arc::default(),
         }
+    }
+
+    /// Bucket `bucket`, opened once: created (keeping one value per key for `max_age`) when
+    /// missing and `max_age` is given.
+    async fn kv_store(
+        &self,
+        bucket: &str,
+        max_age: Option<Duration>,
+    ) -> Result<jetstream::kv::Store, TransportError> {
+        let mut open = self.kv.lock().await;
+        if let Some(store) = open.get(bucket) {
+            return Ok(store.clone());
+        }
+        let store = match self.jetstream.get_key_value(bucket).await {
+            Ok(store) => store,
+            Err(err) => {
+                let Some(max_age) = max_age else {
+                    return Err(TransportError::new(
+                        TransportErrorKind::Other,
+                        format!("cannot open key-value bucket `{bucket}`: {err}"),
+                    ));
+                };
+                // The stream a key-value bucket is, as async-nats's `create_key_value` makes
+                // it, without its account query (whose answer 2.9 servers word differently).
+                self.jetstream
+                    .get_or_create_stream(stream::Config {
+                        name: format!("KV_{bucket}"),
+                        subjects: vec![format!("$KV.{bucket}.>")],
+                        max_messages_per_subject: 1,
+                        max_age,
+                        allow_rollup: true,
+                        deny_delete: true,
+                        allow_direct: true,
+                        discard: stream::DiscardPolicy::New,
+                        num_replicas: 1,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|err| {
+                        TransportError::new(
+                            TransportErrorKind::Other,
+                            format!(
+                                "cannot create key-value bucket `{bucket}`: {err}; check that JetStream is enabled and the account may create streams"
+                            ),
+                        )
+                    })?;
+                self.jetstream.get_key_value(bucket).await.map_err(|err| {
+                    TransportError::new(
+                        TransportErrorKind::Other,
+                        format!("cannot open key-value bucket `{bucket}`: {err}"),
+                    )
+                })?
+            }
+        };
+        open.insert(bucket.to_owned(), store.clone());
+        Ok(store)
     }
 
     /// Records each Core subscription in `events`, which reports what it drops.
@@ -527,6 +586,87 @@ impl Transport for NatsTransport {
             .await
         })
     }
+
+    fn kv_bucket(
+        &self,
+        bucket: String,
+        max_age: Duration,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move { self.kv_store(&bucket, Some(max_age)).await.map(drop) })
+    }
+
+    fn kv_get(
+        &self,
+        bucket: String,
+        key: String,
+    ) -> BoxFuture<'_, Result<Option<KvEntry>, TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            let entry = store
+                .entry(key.as_str())
+                .await
+                .map_err(|err| kv_error(&bucket, &key, "read", &err))?;
+            Ok(entry
+                .filter(|e| e.operation == jetstream::kv::Operation::Put)
+                .map(|e| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos());
+                    let written = u128::try_from(e.created.unix_timestamp_nanos()).unwrap_or(0);
+                    let age = u64::try_from(now.saturating_sub(written)).unwrap_or(u64::MAX);
+                    KvEntry {
+                        value: e.value,
+                        revision: e.revision,
+                        age: Duration::from_nanos(age),
+                    }
+                }))
+        })
+    }
+
+    fn kv_create(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            match store.create(key.as_str(), value).await {
+                Ok(revision) => Ok(Some(revision)),
+                Err(err) if err.kind() == jetstream::kv::CreateErrorKind::AlreadyExists => Ok(None),
+                Err(err) => Err(kv_error(&bucket, &key, "create", &err)),
+            }
+        })
+    }
+
+    fn kv_update(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+        revision: u64,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            match store.update(key.as_str(), value, revision).await {
+                Ok(revision) => Ok(Some(revision)),
+                Err(err) if err.kind() == jetstream::kv::UpdateErrorKind::WrongLastRevision => {
+                    Ok(None)
+                }
+                Err(err) => Err(kv_error(&bucket, &key, "update", &err)),
+            }
+        })
+    }
+
+    fn kv_delete(&self, bucket: String, key: String) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            store
+                .delete(key.as_str())
+                .await
+                .map_err(|err| kv_error(&bucket, &key, "delete", &err))
+        })
+    }
 }
 
 impl NatsTransport {
@@ -920,4 +1060,11 @@ impl NatsTransport {
             ),
         ))
     }
+}
+
+fn kv_error(bucket: &str, key: &str, what: &str, err: &dyn std::fmt::Display) -> TransportError {
+    TransportError::new(
+        TransportErrorKind::Other,
+        format!("cannot {what} key `{key}` of key-value bucket `{bucket}`: {err}"),
+    )
 }

@@ -274,3 +274,57 @@ fn headers_of(map: &async_nats::HeaderMap) -> Headers {
     entries.sort();
     entries.into_iter().collect()
 }
+
+impl AppWire {
+    /// The value key `key` holds in key-value bucket `bucket` on the server, if any.
+    pub async fn kv_value(&self, bucket: &str, key: &str) -> Option<String> {
+        let value = match self {
+            Self::InProcess(t) => ruststream_nats::transport::Transport::kv_get(
+                t.nats(),
+                bucket.to_owned(),
+                key.to_owned(),
+            )
+            .await
+            .expect("the bucket exists in process")
+            .map(|entry| entry.value),
+            Self::Live(live) => live
+                .jetstream
+                .get_key_value(bucket)
+                .await
+                .expect("the bucket exists on the server")
+                .get(key)
+                .await
+                .expect("the key reads"),
+        };
+        value.map(|v| String::from_utf8_lossy(&v).into_owned())
+    }
+
+    /// Writes `value` to `key` of bucket `bucket` on the server (in process, created when
+    /// missing, with `max_age`), as another process would.
+    pub async fn kv_put(&self, bucket: &str, max_age: Duration, key: &str, value: &str) {
+        use ruststream_nats::transport::Transport;
+        let value = bytes::Bytes::copy_from_slice(value.as_bytes());
+        match self {
+            Self::InProcess(t) => {
+                t.nats()
+                    .kv_bucket(bucket.to_owned(), max_age)
+                    .await
+                    .expect("the bucket is created in process");
+                t.nats()
+                    .kv_create(bucket.to_owned(), key.to_owned(), value)
+                    .await
+                    .expect("the key is written in process")
+                    .expect("the key was free");
+            }
+            Self::Live(live) => {
+                // The app created the bucket when it started.
+                let store = live
+                    .jetstream
+                    .get_key_value(bucket)
+                    .await
+                    .expect("the bucket exists on the server");
+                store.put(key, value).await.expect("the key is written");
+            }
+        }
+    }
+}

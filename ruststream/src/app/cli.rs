@@ -382,6 +382,7 @@ pub fn describe_json<A: App>(app: &A) -> serde_json::Value {
                     DeliveryModel::Core => r.copy_target(),
                 },
                 "replies": r.publishes,
+                "idempotency": r.policy.idempotency.as_ref().map(|i| serde_json::json!({"bucket": i.bucket, "window_ms": u64::try_from(i.window.as_millis()).unwrap_or(u64::MAX), "claim_ms": u64::try_from(i.claim.as_millis()).unwrap_or(u64::MAX), "key": i.key})),
             })
         })
         .collect();

@@ -20,6 +20,7 @@
 //! delay passes as soon as nothing else can run.
 
 mod facts;
+mod kv;
 mod state;
 pub(crate) mod subject;
 
@@ -40,8 +41,8 @@ use tokio::time::Instant;
 pub use self::facts::{ConsumerFacts, StoredMessage, StreamLimits};
 use self::state::{FeedKey, State};
 use super::{
-    ConsumerSpec, MessageStream, RawMessage, StoredAck, StreamSpec, Transport, TransportError,
-    TransportErrorKind, Unsubscribe,
+    ConsumerSpec, KvEntry, MessageStream, RawMessage, StoredAck, StreamSpec, Transport,
+    TransportError, TransportErrorKind, Unsubscribe,
 };
 
 /// A NATS server (Core and JetStream) emulated inside the process.
@@ -83,6 +84,8 @@ struct Shared {
     /// Wakes the timer driver when a deadline may have moved.
     wake: Arc<Notify>,
     driver: Mutex<Option<JoinHandle<()>>>,
+    /// The key-value buckets.
+    kv: kv::Buckets,
 }
 
 impl std::fmt::Debug for InProcessNats {
@@ -108,6 +111,7 @@ impl InProcessNats {
                 state: Mutex::new(State::new()),
                 wake: Arc::new(Notify::new()),
                 driver: Mutex::new(None),
+                kv: kv::Buckets::default(),
             }),
         }
     }
@@ -509,5 +513,44 @@ impl Transport for InProcessNats {
             });
             Ok((self.feed(rx, key), stop))
         })
+    }
+
+    fn kv_bucket(
+        &self,
+        bucket: String,
+        max_age: Duration,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move { self.shared.kv.declare(&bucket, max_age) })
+    }
+
+    fn kv_get(
+        &self,
+        bucket: String,
+        key: String,
+    ) -> BoxFuture<'_, Result<Option<KvEntry>, TransportError>> {
+        Box::pin(async move { self.shared.kv.get(&bucket, &key) })
+    }
+
+    fn kv_create(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        Box::pin(async move { self.shared.kv.create(&bucket, &key, value) })
+    }
+
+    fn kv_update(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+        revision: u64,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        Box::pin(async move { self.shared.kv.update(&bucket, &key, value, revision) })
+    }
+
+    fn kv_delete(&self, bucket: String, key: String) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move { self.shared.kv.delete(&bucket, &key) })
     }
 }

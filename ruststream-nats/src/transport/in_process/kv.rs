@@ -1,0 +1,157 @@
+//! Key-value buckets, as JetStream keeps them: one value per key (history 1), a revision from
+//! one sequence per bucket, a value older than the bucket's `max_age` gone; create-if-absent
+//! and compare-and-set on the last revision. Ages are on tokio's clock.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use crate::transport::{KvEntry, TransportError, TransportErrorKind};
+
+#[derive(Default)]
+pub(super) struct Buckets(Mutex<HashMap<String, Bucket>>);
+
+struct Bucket {
+    max_age: Duration,
+    /// The last revision handed out (a delete takes one too, as its tombstone does).
+    sequence: u64,
+    values: HashMap<String, Value>,
+}
+
+struct Value {
+    value: Bytes,
+    revision: u64,
+    written: Instant,
+}
+
+impl Bucket {
+    /// The live value of `key`: `None` when never written, deleted, or past `max_age`.
+    fn live(&self, key: &str) -> Option<&Value> {
+        self.values
+            .get(key)
+            .filter(|v| self.max_age.is_zero() || v.written.elapsed() < self.max_age)
+    }
+
+    fn write(&mut self, key: String, value: Bytes) -> u64 {
+        self.sequence += 1;
+        self.values.insert(
+            key,
+            Value {
+                value,
+                revision: self.sequence,
+                written: Instant::now(),
+            },
+        );
+        self.sequence
+    }
+}
+
+impl Buckets {
+    fn with<T>(
+        &self,
+        bucket: &str,
+        f: impl FnOnce(&mut Bucket) -> Result<T, TransportError>,
+    ) -> Result<T, TransportError> {
+        let mut buckets = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match buckets.get_mut(bucket) {
+            Some(b) => f(b),
+            None => Err(TransportError::new(
+                TransportErrorKind::Other,
+                format!("cannot open key-value bucket `{bucket}`: bucket not found"),
+            )),
+        }
+    }
+
+    pub(super) fn declare(&self, bucket: &str, max_age: Duration) -> Result<(), TransportError> {
+        if bucket.is_empty()
+            || !bucket
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(TransportError::new(
+                TransportErrorKind::Invalid,
+                format!("cannot create key-value bucket `{bucket}`: invalid bucket name"),
+            ));
+        }
+        let mut buckets = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        buckets.entry(bucket.to_owned()).or_insert_with(|| Bucket {
+            max_age,
+            sequence: 0,
+            values: HashMap::new(),
+        });
+        Ok(())
+    }
+
+    pub(super) fn get(&self, bucket: &str, key: &str) -> Result<Option<KvEntry>, TransportError> {
+        check_key(bucket, key)?;
+        self.with(bucket, |b| {
+            Ok(b.live(key).map(|v| KvEntry {
+                value: v.value.clone(),
+                revision: v.revision,
+                age: v.written.elapsed(),
+            }))
+        })
+    }
+
+    pub(super) fn create(
+        &self,
+        bucket: &str,
+        key: &str,
+        value: Bytes,
+    ) -> Result<Option<u64>, TransportError> {
+        check_key(bucket, key)?;
+        self.with(bucket, |b| {
+            if b.live(key).is_some() {
+                return Ok(None);
+            }
+            Ok(Some(b.write(key.to_owned(), value)))
+        })
+    }
+
+    pub(super) fn update(
+        &self,
+        bucket: &str,
+        key: &str,
+        value: Bytes,
+        revision: u64,
+    ) -> Result<Option<u64>, TransportError> {
+        check_key(bucket, key)?;
+        self.with(bucket, |b| {
+            // As on the server: the expected revision is the key's last message, expired or not.
+            if b.values.get(key).map(|v| v.revision) != Some(revision) {
+                return Ok(None);
+            }
+            Ok(Some(b.write(key.to_owned(), value)))
+        })
+    }
+
+    pub(super) fn delete(&self, bucket: &str, key: &str) -> Result<(), TransportError> {
+        check_key(bucket, key)?;
+        self.with(bucket, |b| {
+            b.sequence += 1;
+            b.values.remove(key);
+            Ok(())
+        })
+    }
+}
+
+/// A key NATS accepts: `[-/_=.a-zA-Z0-9]+`, not starting or ending with `.`.
+fn check_key(bucket: &str, key: &str) -> Result<(), TransportError> {
+    let valid = !key.is_empty()
+        && !key.starts_with('.')
+        && !key.ends_with('.')
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-/_=.".contains(c));
+    if valid {
+        Ok(())
+    } else {
+        Err(TransportError::new(
+            TransportErrorKind::Invalid,
+            format!("cannot use key `{key}` of key-value bucket `{bucket}`: invalid key"),
+        ))
+    }
+}
