@@ -80,6 +80,9 @@ pub mod guides {
     #[doc = include_str!("../../docs/middleware.md")]
     pub mod middleware {}
     #[cfg(feature = "testing")]
+    #[doc = include_str!("../../docs/idempotency.md")]
+    pub mod idempotency {}
+    #[cfg(feature = "testing")]
     #[doc = include_str!("../../docs/first-service.md")]
     pub mod first_service {}
     #[doc = include_str!("../../docs/publishing.md")]
