@@ -397,3 +397,28 @@ async fn a_window_without_a_key_is_refused_at_startup() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn a_claim_not_longer_than_the_handler_timeout_is_refused_at_startup() {
+    let app = RustStream::new(AppInfo::new("payments", "0.1.0")).with_broker(
+        NatsBroker::new("nats://localhost:4222"),
+        |b| {
+            b.include(
+                JetStreamSubject::new("payments.charge", STREAM).handler(Charge(Bank::default())),
+            )
+            .name("charge")
+            .idempotent_by(|payment: &Payment| payment.id)
+            .idempotency_claim(Duration::from_secs(10))
+            .handler_timeout(Duration::from_secs(10));
+        },
+    );
+    let err = ruststream_nats::testing::TestApp::start(app)
+        .await
+        .expect_err("a claim the handler can outlive is refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("registration `charge` has an idempotency claim of 10s, not longer than its handler_timeout of 10s")
+            && message.contains(".idempotency_claim("),
+        "{message}"
+    );
+}

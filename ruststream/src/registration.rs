@@ -780,6 +780,14 @@ impl<S> Registration<S> {
                 self.name
             ));
         }
+        if let Some(limit) = self.policy.handler_timeout
+            && limit >= idempotency.claim
+        {
+            return config(format!(
+                "registration `{}` has an idempotency claim of {:?}, not longer than its handler_timeout of {limit:?}: a duplicate could run while the handler still runs; raise `.idempotency_claim(..)` above the timeout",
+                self.name, idempotency.claim
+            ));
+        }
         if idempotency.window.is_zero() || idempotency.claim.is_zero() {
             return config(format!(
                 "registration `{}` has a zero idempotency window or claim; give both a duration above zero",
