@@ -422,3 +422,117 @@ async fn a_claim_not_longer_than_the_handler_timeout_is_refused_at_startup() {
         "{message}"
     );
 }
+
+// ---- the key-value operations, at the wire ----------------------------------------------------
+
+mod kv_wire {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use tokio::time::Instant;
+
+    use crate::common::{PATIENCE, Server};
+
+    #[tokio::test(start_paused = true)]
+    async fn in_process() {
+        create_update_delete_expire(&Server::in_process()).await;
+    }
+
+    #[tokio::test]
+    async fn live() {
+        create_update_delete_expire(&Server::live().await).await;
+    }
+
+    /// Create-if-absent, compare-and-set, delete and the bucket's max_age, the same on both.
+    async fn create_update_delete_expire(server: &Server) {
+        let wire = server.wire();
+        let (bucket, key) = ("claims".to_owned(), "pay-1".to_owned());
+        let value = |v: &'static str| Bytes::from_static(v.as_bytes());
+        let max_age = Duration::from_secs(1);
+        wire.kv_bucket(bucket.clone(), max_age)
+            .await
+            .expect("bucket");
+        // Opening it again is not an error.
+        wire.kv_bucket(bucket.clone(), max_age)
+            .await
+            .expect("bucket again");
+
+        assert_eq!(
+            wire.kv_get(bucket.clone(), key.clone()).await.expect("get"),
+            None
+        );
+        let first = wire
+            .kv_create(bucket.clone(), key.clone(), value("claimed"))
+            .await
+            .expect("create")
+            .expect("the key was free");
+        assert_eq!(
+            wire.kv_create(bucket.clone(), key.clone(), value("claimed"))
+                .await
+                .expect("create again"),
+            None,
+            "one writer wins"
+        );
+        let entry = wire
+            .kv_get(bucket.clone(), key.clone())
+            .await
+            .expect("get")
+            .expect("the claim");
+        assert_eq!(
+            (entry.value.clone(), entry.revision),
+            (value("claimed"), first)
+        );
+        assert!(entry.age < Duration::from_secs(1), "{entry:?}");
+
+        // Compare-and-set: the stale revision loses.
+        let second = wire
+            .kv_update(bucket.clone(), key.clone(), value("handled"), first)
+            .await
+            .expect("update")
+            .expect("the revision matched");
+        assert!(second > first);
+        assert_eq!(
+            wire.kv_update(bucket.clone(), key.clone(), value("claimed"), first)
+                .await
+                .expect("stale update"),
+            None
+        );
+
+        // Deleted: absent, and free to create again.
+        wire.kv_delete(bucket.clone(), key.clone())
+            .await
+            .expect("delete");
+        assert_eq!(
+            wire.kv_get(bucket.clone(), key.clone()).await.expect("get"),
+            None
+        );
+        let third = wire
+            .kv_create(bucket.clone(), key.clone(), value("claimed"))
+            .await
+            .expect("create after delete")
+            .expect("the key was free again");
+        assert!(third > second);
+
+        // Past max_age the value is gone, and the key free.
+        let deadline = Instant::now() + PATIENCE;
+        while wire
+            .kv_get(bucket.clone(), key.clone())
+            .await
+            .expect("get")
+            .is_some()
+        {
+            assert!(Instant::now() < deadline, "the value outlived max_age");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            wire.kv_create(bucket.clone(), key.clone(), value("claimed"))
+                .await
+                .expect("create after expiry")
+                .is_some()
+        );
+
+        // A key NATS refuses, and a bucket that does not exist, are errors.
+        assert!(wire.kv_get(bucket.clone(), "a b".into()).await.is_err());
+        assert!(wire.kv_get("missing".into(), key.clone()).await.is_err());
+    }
+}

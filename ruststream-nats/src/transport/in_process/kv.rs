@@ -120,8 +120,9 @@ impl Buckets {
     ) -> Result<Option<u64>, TransportError> {
         check_key(bucket, key)?;
         self.with(bucket, |b| {
-            // As on the server: the expected revision is the key's last message, expired or not.
-            if b.values.get(key).map(|v| v.revision) != Some(revision) {
+            // As on the server: the expected revision is the key's last message, gone once it
+            // expired.
+            if b.live(key).map(|v| v.revision) != Some(revision) {
                 return Ok(None);
             }
             Ok(Some(b.write(key.to_owned(), value)))
