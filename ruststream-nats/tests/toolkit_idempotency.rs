@@ -449,10 +449,10 @@ mod kv_wire {
         let (bucket, key) = ("claims".to_owned(), "pay-1".to_owned());
         let value = |v: &'static str| Bytes::from_static(v.as_bytes());
         let max_age = Duration::from_secs(1);
-        wire.kv_bucket(bucket.clone(), max_age)
+        wire.kv_bucket(bucket.clone(), Duration::from_secs(3600))
             .await
             .expect("bucket");
-        // Opening it again is not an error.
+        // Opening it again is not an error, and sets the new max_age (the expiry below).
         wire.kv_bucket(bucket.clone(), max_age)
             .await
             .expect("bucket again");

@@ -276,7 +276,8 @@ pub trait Transport: Send + Sync + 'static {
     }
 
     /// Makes sure key-value bucket `bucket` exists, keeping each key's last value for
-    /// `max_age`: creates it when missing. The default cannot (an error).
+    /// `max_age`: creates it when missing, sets its `max_age` when it differs. The default
+    /// cannot (an error).
     fn kv_bucket(
         &self,
         bucket: String,

@@ -80,6 +80,45 @@ impl NatsTransport {
         }
     }
 
+    /// Sets the `max_age` of existing bucket `bucket` when it differs (the window changed).
+    async fn kv_max_age(&self, bucket: &str, max_age: Duration) -> Result<(), TransportError> {
+        let failed = |err: &dyn std::fmt::Display| {
+            TransportError::new(
+                TransportErrorKind::Other,
+                format!(
+                    "cannot set the max_age of key-value bucket `{bucket}` to {max_age:?}: {err}"
+                ),
+            )
+        };
+        let mut stream = self
+            .jetstream
+            .get_stream(format!("KV_{bucket}"))
+            .await
+            .map_err(|err| failed(&err))?;
+        let mut config = stream
+            .info()
+            .await
+            .map_err(|err| failed(&err))?
+            .config
+            .clone();
+        if config.max_age != max_age {
+            tracing::info!(
+                bucket,
+                from = ?config.max_age,
+                to = ?max_age,
+                "the key-value bucket's max_age changes to the window"
+            );
+            config.max_age = max_age;
+            // The server refuses a duplicate window longer than the max_age.
+            config.duplicate_window = config.duplicate_window.min(max_age);
+            self.jetstream
+                .update_stream(config)
+                .await
+                .map_err(|err| failed(&err))?;
+        }
+        Ok(())
+    }
+
     /// Bucket `bucket`, opened once: created (keeping one value per key for `max_age`) when
     /// missing and `max_age` is given.
     async fn kv_store(
@@ -89,10 +128,18 @@ impl NatsTransport {
     ) -> Result<jetstream::kv::Store, TransportError> {
         let mut open = self.kv.lock().await;
         if let Some(store) = open.get(bucket) {
+            if let Some(max_age) = max_age {
+                self.kv_max_age(bucket, max_age).await?;
+            }
             return Ok(store.clone());
         }
         let store = match self.jetstream.get_key_value(bucket).await {
-            Ok(store) => store,
+            Ok(store) => {
+                if let Some(max_age) = max_age {
+                    self.kv_max_age(bucket, max_age).await?;
+                }
+                store
+            }
             Err(err) => {
                 let Some(max_age) = max_age else {
                     return Err(TransportError::new(

@@ -77,11 +77,14 @@ impl Buckets {
             ));
         }
         let mut buckets = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        buckets.entry(bucket.to_owned()).or_insert_with(|| Bucket {
-            max_age,
-            sequence: 0,
-            values: HashMap::new(),
-        });
+        buckets
+            .entry(bucket.to_owned())
+            .or_insert_with(|| Bucket {
+                max_age,
+                sequence: 0,
+                values: HashMap::new(),
+            })
+            .max_age = max_age;
         Ok(())
     }
 
