@@ -20,6 +20,7 @@ mod running;
 mod settings;
 mod source;
 mod subject;
+mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod transport;

@@ -17,6 +17,7 @@ mod outgoing;
 mod publish;
 pub mod registration;
 pub mod settle;
+pub mod telemetry;
 mod unconfirmed;
 
 pub use app::{App, AppInfo, Handling, Observer, RunningApp, RustStream, Scope};
