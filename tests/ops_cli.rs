@@ -270,3 +270,31 @@ fn run_serves_metrics_and_health_and_logs_json_lines() {
         assert!(parsed.is_ok(), "not a JSON line: {line}");
     }
 }
+
+#[test]
+fn asyncapi_prints_the_document_as_json_and_as_yaml() {
+    let out = payments(["asyncapi"]).output().expect("the program runs");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json = stdout
+        .lines()
+        .filter(|l| !l.starts_with("running 1 test") && !l.starts_with("test result"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(doc["asyncapi"], "3.0.0");
+    assert_eq!(doc["info"]["title"], "payments");
+    let out = payments(["asyncapi", "--yaml"])
+        .output()
+        .expect("the program runs");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let yaml = stdout
+        .lines()
+        .filter(|l| !l.starts_with("running 1 test") && !l.starts_with("test result"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(yaml.contains("asyncapi: 3.0.0"), "{yaml}");
+    let from_yaml: serde_json::Value = serde_norway::from_str(&yaml).expect("YAML");
+    assert_eq!(from_yaml, doc);
+}

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod asyncapi;
 pub mod broker;
 pub mod codec;
 mod context;

@@ -151,6 +151,8 @@ pub struct RegistrationInfo {
     pub batch: bool,
     /// The subjects the handler publishes to.
     pub publishes: Vec<&'static str>,
+    /// The payload's type and, when declared, its JSON Schema and its reply's (`asyncapi`).
+    pub schemas: crate::asyncapi::Schemas,
 }
 
 impl RegistrationInfo {
@@ -242,6 +244,7 @@ pub struct Registration<S> {
     handler: HandlerKind<S>,
     policy: Policy,
     publishes: Vec<&'static str>,
+    pub(crate) schemas: crate::asyncapi::Schemas,
 }
 
 impl<S> fmt::Debug for Registration<S> {
@@ -304,6 +307,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             handler: HandlerKind::Single(call),
             policy: Policy::default(),
             publishes: O::subjects(),
+            schemas: crate::asyncapi::Schemas::of::<In>(),
         }
     }
 
@@ -360,6 +364,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             handler: HandlerKind::Batch(call),
             policy: Policy::default(),
             publishes: O::subjects(),
+            schemas: crate::asyncapi::Schemas::of::<In>(),
         }
     }
 }
@@ -503,6 +508,7 @@ impl<S> Registration<S> {
             policy: self.policy.clone(),
             batch: matches!(self.handler, HandlerKind::Batch(_)),
             publishes: self.publishes.clone(),
+            schemas: self.schemas.clone(),
         }
     }
 }

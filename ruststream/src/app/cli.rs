@@ -68,6 +68,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the app's AsyncAPI 3.0 document (JSON): servers, a channel per subject read or
+    /// published, the operations, the payload schemas the registrations declare.
+    Asyncapi {
+        /// Print YAML instead of JSON.
+        #[arg(long)]
+        yaml: bool,
+    },
 }
 
 #[derive(Debug, Default, Args)]
@@ -138,6 +145,21 @@ where
                 println!("{}", describe_json(&app));
             } else {
                 print!("{}", describe(&app));
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Asyncapi { yaml } => {
+            let document = crate::asyncapi::document(&app);
+            if yaml {
+                match crate::asyncapi::to_yaml(&document) {
+                    Ok(text) => print!("{text}"),
+                    Err(err) => return fail(&format!("cannot write the document as YAML: {err}")),
+                }
+            } else {
+                match serde_json::to_string_pretty(&document) {
+                    Ok(text) => println!("{text}"),
+                    Err(err) => return fail(&format!("cannot write the document as JSON: {err}")),
+                }
             }
             ExitCode::SUCCESS
         }
