@@ -84,4 +84,6 @@ pub mod guides {
     pub mod request_reply {}
     #[doc = include_str!("../../docs/guarantees.md")]
     pub mod guarantees {}
+    #[doc = include_str!("../../docs/operations.md")]
+    pub mod operations {}
 }
