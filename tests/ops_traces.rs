@@ -337,3 +337,90 @@ async fn two_services_chained_by_a_reply_share_one_trace() {
     front.stop().await.expect("a clean stop");
     back.stop().await.expect("a clean stop");
 }
+
+#[tokio::test]
+async fn retry_copies_and_dead_letters_carry_the_context_of_the_delivery_they_come_from() {
+    eprintln!("running against {}", NatsServer::version());
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("ops_traces")))
+            .with(tracing_subscriber::filter::LevelFilter::INFO),
+    );
+    let (server, client) = live_server().await;
+    let recorder = Recorder::start(&client, ["notices.sent", "notices.dead"]).await;
+    let handler = Scripted::always(HandlerOutcome::retry());
+    let running = start_on(&server, |b| {
+        b.include(CoreSubject::new("notices.sent").handler(handler.clone()))
+            .max_attempts(attempts(2))
+            .dead_letter("notices.dead");
+    })
+    .await;
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let caller = "b7ad6b7169203331";
+    publish_core(
+        &client,
+        "notices.sent",
+        &[("traceparent", &format!("00-{trace}-{caller}-01"))],
+        &order(7),
+    )
+    .await;
+    // The original, its retry copy, and the dead letter after the second attempt.
+    let messages = recorder.until(3).await;
+    let spans = eventually(PATIENCE, "both delivery spans exported", || async {
+        let spans: Vec<_> = exporter
+            .get_finished_spans()
+            .expect("the exporter's spans")
+            .into_iter()
+            .filter(|s| s.name == "process notices.sent")
+            .collect();
+        (spans.len() >= 2).then_some(spans)
+    })
+    .await;
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    for span in &spans {
+        assert_eq!(span.span_context.trace_id().to_string(), trace);
+    }
+    let traceparent = |m: &async_nats::Message| {
+        m.headers
+            .as_ref()
+            .and_then(|h| h.get("traceparent"))
+            .map(|v| v.as_str().to_owned())
+            .expect("a traceparent")
+    };
+    let copy = messages
+        .iter()
+        .find(|m| {
+            m.subject.as_str() == "notices.sent"
+                && m.headers
+                    .as_ref()
+                    .is_some_and(|h| h.get("x-ruststream-retry-count").is_some())
+        })
+        .expect("the retry copy");
+    let dead = messages
+        .iter()
+        .find(|m| m.subject.as_str() == "notices.dead")
+        .expect("the dead letter");
+    // The first delivery's span parents the copy; the copy's delivery span parents the dead
+    // letter.
+    let first = spans
+        .iter()
+        .find(|s| s.parent_span_id.to_string() == caller)
+        .expect("the first delivery's span is the caller's child");
+    assert_eq!(
+        traceparent(copy),
+        format!("00-{trace}-{}-01", first.span_context.span_id())
+    );
+    let second = spans
+        .iter()
+        .find(|s| s.parent_span_id == first.span_context.span_id())
+        .expect("the copy's delivery span is the first one's child");
+    assert_eq!(
+        traceparent(dead),
+        format!("00-{trace}-{}-01", second.span_context.span_id())
+    );
+    running.stop().await.expect("a clean stop");
+}
