@@ -84,6 +84,8 @@ fn help_lists_the_operations_settings_and_their_variables() {
         "RUSTSTREAM_METRICS_ADDR",
         "--log-format human|json",
         "RUSTSTREAM_LOG_FORMAT",
+        "--drain-timeout SECONDS",
+        "RUSTSTREAM_DRAIN_TIMEOUT",
         "RUST_LOG",
     ] {
         assert!(text.contains(needle), "no `{needle}` in:\n{text}");
@@ -92,6 +94,7 @@ fn help_lists_the_operations_settings_and_their_variables() {
     assert!(ok, "{text}");
     assert!(text.contains("--metrics-addr <HOST:PORT>"), "{text}");
     assert!(text.contains("--log-format <FORMAT>"), "{text}");
+    assert!(text.contains("--drain-timeout <SECONDS>"), "{text}");
 }
 
 #[test]
@@ -107,6 +110,14 @@ fn a_bad_setting_stops_the_app_with_an_error_naming_it() {
     assert!(!ok);
     assert!(
         text.contains("error: --metrics-addr is `nowhere`, which is not an address to listen on"),
+        "{text}"
+    );
+    let (ok, text) = output(payments(["run"]).env("RUSTSTREAM_DRAIN_TIMEOUT", "soon"));
+    assert!(!ok);
+    assert!(
+        text.contains(
+            "error: RUSTSTREAM_DRAIN_TIMEOUT is `soon`, which is not a number of seconds"
+        ),
         "{text}"
     );
     let (ok, text) = output(payments(["run"]).env("RUSTSTREAM_METRICS_ADDR", "1.2.3:x"));
@@ -192,6 +203,8 @@ fn run_serves_metrics_and_health_and_logs_json_lines() {
         "127.0.0.1:0",
     ])
     .env("RUSTSTREAM_LOG_FORMAT", "json")
+    // The operator's drain timeout overrides the app's (the drain's log line says it).
+    .env("RUSTSTREAM_DRAIN_TIMEOUT", "7.5")
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit())
     .spawn()
@@ -258,6 +271,11 @@ fn run_serves_metrics_and_health_and_logs_json_lines() {
         .status()
         .expect("kill runs");
     assert!(status.success());
+    let draining = wait_for(&rx, &mut seen, "the drain's start", |l| {
+        l.contains("draining NATS")
+    });
+    let draining: serde_json::Value = serde_json::from_str(&draining).expect("a JSON line");
+    assert_eq!(draining["fields"]["drain_timeout"], "7.5s", "{draining}");
     wait_for(&rx, &mut seen, "the drain", |l| l.contains("NATS drained"));
     let status = child.wait().expect("the child exits");
     assert!(status.success(), "{}", seen.join("\n"));

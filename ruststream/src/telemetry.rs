@@ -223,6 +223,12 @@ impl Health {
     }
 }
 
+/// Put into the [`Env`](crate::Env) by the generated `main` when the operator sets the drain
+/// timeout (`run --drain-timeout SECONDS`, `RUSTSTREAM_DRAIN_TIMEOUT`): it overrides the app's
+/// `.drain_timeout(..)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainTimeout(pub Duration);
+
 /// Renders the Prometheus text of the installed recorder.
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 

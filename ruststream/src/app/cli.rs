@@ -11,6 +11,7 @@
 //! | log filter | | `RUST_LOG` | `info` |
 //! | log format | `--log-format human\|json` | `RUSTSTREAM_LOG_FORMAT` | `human` |
 //! | metrics and health | `run --metrics-addr HOST:PORT` | `RUSTSTREAM_METRICS_ADDR` | not served |
+//! | drain timeout | `run --drain-timeout SECONDS` | `RUSTSTREAM_DRAIN_TIMEOUT` | the app's `.drain_timeout(..)`, 30 s |
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -30,6 +31,8 @@ pub const URL_ENV: &str = "NATS_URL";
 pub const EMBEDDED_ENV: &str = "RUSTSTREAM_EMBEDDED";
 /// The environment variable `run --metrics-addr` overrides.
 pub const METRICS_ADDR_ENV: &str = "RUSTSTREAM_METRICS_ADDR";
+/// The environment variable `run --drain-timeout` overrides.
+pub const DRAIN_TIMEOUT_ENV: &str = "RUSTSTREAM_DRAIN_TIMEOUT";
 /// The environment variable `--log-format` overrides.
 pub const LOG_FORMAT_ENV: &str = "RUSTSTREAM_LOG_FORMAT";
 
@@ -39,6 +42,8 @@ Settings (a flag overrides the environment, which overrides the code):
   run --embedded   RUSTSTREAM_EMBEDDED=1  the embedded NATS: in the process, nothing persisted
   run --metrics-addr HOST:PORT
                    RUSTSTREAM_METRICS_ADDR  serve /metrics (Prometheus), /healthz and /readyz
+  run --drain-timeout SECONDS
+                   RUSTSTREAM_DRAIN_TIMEOUT  how long a stop waits for handlers in flight
   --log-format human|json
                    RUSTSTREAM_LOG_FORMAT  log lines for people (default) or JSON lines
                    RUST_LOG               the log filter (info by default)";
@@ -100,6 +105,10 @@ struct RunArgs {
     /// HOST:PORT (e.g. 0.0.0.0:9464); overrides RUSTSTREAM_METRICS_ADDR.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<String>,
+    /// How long a stop (SIGTERM, SIGINT) waits for handlers in flight, in seconds (fractions
+    /// allowed); overrides RUSTSTREAM_DRAIN_TIMEOUT and the app's `.drain_timeout(..)`.
+    #[arg(long, value_name = "SECONDS")]
+    drain_timeout: Option<String>,
 }
 
 /// The generated `main`: parses the command line, installs logging and runs the app.
@@ -215,6 +224,11 @@ where
                 Ok(addr) => addr,
                 Err(message) => return fail(&message),
             };
+            let env = match drain_timeout(args.drain_timeout) {
+                Ok(Some(timeout)) => env.with(crate::telemetry::DrainTimeout(timeout)),
+                Ok(None) => env,
+                Err(message) => return fail(&message),
+            };
             let Some(runtime) = runtime() else {
                 return ExitCode::FAILURE;
             };
@@ -320,6 +334,26 @@ fn metrics_addr(flag: Option<String>) -> Result<Option<std::net::SocketAddr>, St
         Ok(Some(addr)) => Ok(Some(addr)),
         _ => Err(format!(
             "{from} is `{value}`, which is not an address to listen on; use HOST:PORT such as 127.0.0.1:9464 or 0.0.0.0:9464"
+        )),
+    }
+}
+
+/// The drain timeout of `--drain-timeout`, else of `RUSTSTREAM_DRAIN_TIMEOUT`; none when
+/// neither is set.
+fn drain_timeout(flag: Option<String>) -> Result<Option<std::time::Duration>, String> {
+    let (value, from) = match flag {
+        Some(value) => (value, "--drain-timeout"),
+        None => match std::env::var(DRAIN_TIMEOUT_ENV) {
+            Ok(value) if !value.trim().is_empty() => (value, DRAIN_TIMEOUT_ENV),
+            _ => return Ok(None),
+        },
+    };
+    match value.trim().parse::<f64>() {
+        Ok(seconds) if (0.0..=86_400.0).contains(&seconds) => {
+            Ok(Some(std::time::Duration::from_secs_f64(seconds)))
+        }
+        _ => Err(format!(
+            "{from} is `{value}`, which is not a number of seconds; use a number such as 30 or 2.5 (at most 86400)"
         )),
     }
 }

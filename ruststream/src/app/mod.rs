@@ -454,10 +454,16 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
     #[allow(clippy::manual_async_fn)]
     fn start(self, env: Env) -> impl Future<Output = Result<RunningApp, Error>> + Send {
         async move {
-            let env = if env.drain_timeout() == Env::default().drain_timeout() {
-                env.with_drain_timeout(self.drain_timeout)
-            } else {
-                env
+            let env = match env.get::<crate::telemetry::DrainTimeout>() {
+                // The operator's (`run --drain-timeout`, RUSTSTREAM_DRAIN_TIMEOUT) wins.
+                Some(crate::telemetry::DrainTimeout(timeout)) => {
+                    let timeout = *timeout;
+                    env.with_drain_timeout(timeout)
+                }
+                None if env.drain_timeout() == Env::default().drain_timeout() => {
+                    env.with_drain_timeout(self.drain_timeout)
+                }
+                None => env,
             };
             self.validate()?;
             for warning in self.warnings() {
