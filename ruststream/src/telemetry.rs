@@ -317,8 +317,14 @@ pub async fn serve(
     let addr = listener.local_addr().unwrap_or(addr);
     let task = tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    // Out of file descriptors, for one: wait instead of spinning.
+                    tracing::warn!(%err, "the metrics and health server cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
             };
             let health = health.clone();
             let render = render.clone();
