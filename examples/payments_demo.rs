@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --example payments_demo             # a real nats-server if there is one, else the embedded NATS
 //! cargo run --example payments_demo -- --fast   # the embedded NATS on a paused clock: about a second
+//! cargo run --example payments_demo -- --metrics-addr 127.0.0.1:9464   # with /metrics, /healthz, /readyz
 //! ```
 //!
 //! 1. It uses the nats-server with JetStream that answers at `NATS_URL`
@@ -122,19 +123,65 @@ enum Nats {
     Embedded { fast: bool },
 }
 
+/// Where `--metrics-addr` serves the metrics and health of the service, if given.
+static METRICS_ADDR: std::sync::OnceLock<std::net::SocketAddr> = std::sync::OnceLock::new();
+
+/// Serves `/metrics`, `/healthz` and `/readyz` at `--metrics-addr` and says where; the health
+/// the service reports, and what renders the metrics.
+async fn serve_metrics() -> Result<
+    Option<(
+        ruststream::telemetry::Health,
+        ruststream::telemetry::Server,
+        ruststream::telemetry::Render,
+    )>,
+    String,
+> {
+    let Some(addr) = METRICS_ADDR.get() else {
+        return Ok(None);
+    };
+    let health = ruststream::telemetry::Health::new();
+    let render = ruststream::telemetry::install_prometheus().map_err(|e| e.to_string())?;
+    let server = ruststream::telemetry::serve(*addr, health.clone(), Some(Arc::clone(&render)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let at = server.local_addr();
+    println!(
+        "  metrics scrape http://{at}/metrics (Prometheus); liveness http://{at}/healthz, readiness http://{at}/readyz"
+    );
+    Ok(Some((health, server, render)))
+}
+
 fn main() -> ExitCode {
     if std::env::var_os("RUST_LOG").is_some() {
         ruststream::app::cli::install_tracing();
     }
     let mut fast = false;
     let mut embedded = false;
-    for arg in std::env::args().skip(1) {
+    let mut args = std::env::args().skip(1);
+    let mut metrics_addr = std::env::var("RUSTSTREAM_METRICS_ADDR")
+        .ok()
+        .filter(|a| !a.trim().is_empty());
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--fast" => fast = true,
             "--embedded" => embedded = true,
+            "--metrics-addr" => metrics_addr = args.next(),
             other => {
                 eprintln!(
-                    "error: unknown argument `{other}`; the demo takes `--embedded` (the embedded NATS) and `--fast` (the embedded NATS on a paused clock)"
+                    "error: unknown argument `{other}`; the demo takes `--embedded` (the embedded NATS), `--fast` (the embedded NATS on a paused clock) and `--metrics-addr HOST:PORT` (serve /metrics, /healthz, /readyz)"
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if let Some(addr) = metrics_addr {
+        match addr.parse() {
+            Ok(addr) => {
+                let _ = METRICS_ADDR.set(addr);
+            }
+            Err(_) => {
+                eprintln!(
+                    "error: --metrics-addr is `{addr}`, which is not an address to listen on; use HOST:PORT such as 127.0.0.1:9464"
                 );
                 return ExitCode::FAILURE;
             }
@@ -538,9 +585,13 @@ where
     });
 
     // The service, unchanged, on this server.
-    let env = Env::new()
+    let metrics = serve_metrics().await?;
+    let mut env = Env::new()
         .with(TransportOverride(Arc::clone(&service)))
         .with_observer(Arc::new(Watch(tx)));
+    if let Some((health, _, _)) = &metrics {
+        env = env.with(health.clone());
+    }
     let running = payments::service()
         .start(env)
         .await
@@ -557,6 +608,21 @@ where
     );
 
     let result = drive(&*transport, &mut rx, backoff, &counters).await;
+    if let Some((_, server, render)) = &metrics {
+        println!(
+            "The service's deliveries, as http://{}/metrics shows them:",
+            server.local_addr()
+        );
+        let text = render();
+        let mut counted: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("ruststream_deliveries_total") && !l.ends_with(" 0"))
+            .collect();
+        counted.sort_unstable();
+        for line in counted {
+            println!("  {line}");
+        }
+    }
 
     running
         .stop()

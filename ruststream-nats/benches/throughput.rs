@@ -5,6 +5,8 @@
 //! cargo bench -p ruststream-nats --bench throughput -- --rounds 5 --messages 100000
 //! cargo bench -p ruststream-nats --bench throughput -- --quick
 //! cargo bench -p ruststream-nats --bench throughput -- --scenario js-ack --side ours
+//! cargo bench -p ruststream-nats --bench throughput -- --telemetry      # spans and metrics on
+//! cargo bench -p ruststream-nats --bench throughput -- --metrics-only   # metrics on, no spans
 //! ```
 //!
 //! The program starts its own nats-server (`ruststream_test_server`), and for each scenario
@@ -1024,6 +1026,11 @@ struct Options {
     sides: Vec<Side>,
     url: Option<String>,
     concurrencies: Vec<usize>,
+    /// Spans (a subscriber at INFO formatting them, writing to nowhere) and metrics (the
+    /// Prometheus recorder) on, as `run --metrics-addr` and a log subscriber have them.
+    telemetry: bool,
+    /// With `--telemetry`: the metrics only, no span subscriber.
+    metrics_only: bool,
 }
 
 impl Options {
@@ -1036,6 +1043,8 @@ impl Options {
             sides: vec![Side::Raw, Side::Ours],
             url: None,
             concurrencies: vec![16, 32, 64],
+            telemetry: false,
+            metrics_only: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -1043,6 +1052,11 @@ impl Options {
                 "--rounds" => options.rounds = number(args.next(), "--rounds"),
                 "--messages" => options.messages = Some(number(args.next(), "--messages")),
                 "--quick" => options.quick = true,
+                "--telemetry" => options.telemetry = true,
+                "--metrics-only" => {
+                    options.telemetry = true;
+                    options.metrics_only = true;
+                }
                 "--scenario" => options
                     .scenarios
                     .push(args.next().expect("--scenario NAME")),
@@ -1066,7 +1080,7 @@ impl Options {
                 "--bench" => {}
                 "--help" | "-h" => {
                     println!(
-                        "throughput [--rounds N] [--messages M] [--quick] [--scenario core|js-ack|js-reply|js-reply-stored|request|js-io|latency]... [--side raw|ours] [--concurrency 16,32,64] [--url nats://127.0.0.1:4222]"
+                        "throughput [--rounds N] [--messages M] [--quick] [--scenario core|js-ack|js-reply|js-reply-stored|request|js-io|latency]... [--side raw|ours] [--concurrency 16,32,64] [--url nats://127.0.0.1:4222] [--telemetry | --metrics-only]"
                     );
                     std::process::exit(0);
                 }
@@ -1120,6 +1134,15 @@ fn main() {
     // Logs only when asked (`RUST_LOG=ruststream_nats=debug`): a subscriber costs per message.
     if std::env::var_os("RUST_LOG").is_some() {
         ruststream::app::cli::install_tracing();
+    } else if options.telemetry && !options.metrics_only {
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(std::io::sink)
+            .init();
+    }
+    if options.telemetry {
+        ruststream::telemetry::install_prometheus().expect("the recorder installs");
+        eprintln!("telemetry on: a span per delivery at INFO, metrics in the Prometheus recorder");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -346,7 +346,10 @@ impl Broker for NatsBroker {
     ) -> BoxFuture<'static, Result<Box<dyn RunningBroker>, Error>> {
         Box::pin(async move {
             validate_endpoints(&endpoints)?;
-            let events = Arc::new(Events::new(self.url.clone()));
+            let events = Arc::new(
+                Events::new(self.url.clone())
+                    .with_health(env.get::<ruststream::telemetry::Health>().cloned()),
+            );
             for endpoint in &endpoints {
                 let descriptor = &endpoint.info().descriptor;
                 if descriptor.model == DeliveryModel::Core {

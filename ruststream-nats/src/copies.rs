@@ -76,6 +76,8 @@ impl Copies {
     ) {
         let mut headers = without_server_headers(delivery.headers());
         headers.insert(RETRY_COUNT_HEADER, copy.retry_count.to_string());
+        // The delivery's context now: a delayed copy is sent from a task of its own.
+        let headers = crate::telemetry::with_context(headers);
         let payload = delivery.payload().clone();
         if copy.after.is_zero() {
             publish_copy(

@@ -22,6 +22,8 @@ pub(crate) struct Events {
     /// The broker's address, without credentials.
     broker: String,
     state: Mutex<State>,
+    /// Told of disconnections (`/readyz`, the `ruststream_connected` gauge).
+    health: Option<ruststream::telemetry::Health>,
 }
 
 #[derive(Default)]
@@ -50,7 +52,18 @@ impl Events {
         Self {
             broker,
             state: Mutex::new(State::default()),
+            health: None,
         }
+    }
+
+    /// Tells `health` of the connection's state from now on (connected now).
+    pub(crate) fn with_health(mut self, health: Option<ruststream::telemetry::Health>) -> Self {
+        if let Some(health) = &health {
+            health.set_connected(&self.broker, true);
+            // Counted as connected once: `set_connected(true)` on a connected broker is a no-op.
+        }
+        self.health = health;
+        self
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -95,6 +108,7 @@ impl Events {
             Event::SlowConsumer(sid) | Event::ServerError(ServerError::SlowConsumer(sid)) => {
                 if let Some(dropped) = self.state().subscriptions.get_mut(&sid) {
                     dropped.count += 1;
+                    ruststream::telemetry::slow_consumer_dropped(&dropped.registrations, 1);
                 }
             }
             Event::ServerError(ServerError::AuthorizationViolation) => {
@@ -107,7 +121,10 @@ impl Events {
                 self.refused(&message);
             }
             Event::Disconnected => {
-                self.state().disconnected = true;
+                let again = std::mem::replace(&mut self.state().disconnected, true);
+                if let (false, Some(health)) = (again, &self.health) {
+                    health.set_connected(&self.broker, false);
+                }
                 tracing::warn!(
                     broker = %self.broker,
                     "disconnected from NATS; reconnecting"
@@ -118,6 +135,9 @@ impl Events {
                 let again = std::mem::take(&mut state.disconnected);
                 let refused = state.refused.take();
                 drop(state);
+                if let (true, Some(health)) = (again, &self.health) {
+                    health.set_connected(&self.broker, true);
+                }
                 if again {
                     tracing::info!(broker = %self.broker, "connected to NATS again");
                 }

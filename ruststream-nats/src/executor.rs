@@ -67,6 +67,8 @@ pub(crate) struct Executor {
     /// Whether an undecodable payload's log line quotes the decoder's whole message (which
     /// may quote payload values) rather than its kind and position only.
     log_payload_values: bool,
+    /// The registration's metrics (`ruststream::telemetry`).
+    pub(crate) metrics: ruststream::telemetry::HandlerMetrics,
 }
 
 impl Executor {
@@ -87,6 +89,7 @@ impl Executor {
             confirm: info.policy.confirm_acks && info.descriptor.model == DeliveryModel::JetStream,
             warned_unsupported: AtomicBool::new(false),
             log_payload_values: false,
+            metrics: ruststream::telemetry::HandlerMetrics::new(&info.name),
         }
     }
 
@@ -120,6 +123,7 @@ impl Executor {
                 self.dead_letter_failed(incoming, dead_letter, &err).await;
                 return;
             }
+            self.metrics.dead_lettered();
             tracing::info!(
                 registration = %self.registration,
                 subject = incoming.delivery.subject(),
@@ -131,6 +135,7 @@ impl Executor {
         if let Some(copy) = decision.copy {
             match &self.copy_target {
                 Some(target) => {
+                    self.metrics.retry_copied();
                     self.copies
                         .send(&self.registration, target, &incoming.delivery, copy)
                         .await;

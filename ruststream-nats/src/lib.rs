@@ -21,6 +21,7 @@ mod running;
 mod settings;
 mod source;
 mod subject;
+mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod transport;
@@ -92,4 +93,6 @@ pub mod guides {
     pub mod request_reply {}
     #[doc = include_str!("../../docs/guarantees.md")]
     pub mod guarantees {}
+    #[doc = include_str!("../../docs/operations.md")]
+    pub mod operations {}
 }

@@ -166,6 +166,7 @@ impl NatsPublisher {
                 .await
             {
                 Ok(ack) => {
+                    ruststream::telemetry::published("stored");
                     if ack.duplicate {
                         tracing::debug!(
                             subject = %subject,
@@ -194,6 +195,7 @@ impl NatsPublisher {
             .publish(Arc::clone(&subject), message.headers, message.payload)
             .await
             .map_err(|err| broker_error(&subject, err))?;
+        ruststream::telemetry::published("core");
         Ok(None)
     }
 
@@ -218,31 +220,35 @@ impl NatsPublisher {
             .filter(|(name, _)| name.starts_with("Nats-Expected-"))
             .map(|(name, value)| format!("{name}: {value}"))
             .collect();
-        self.transport
+        let stored = self
+            .transport
             .publish_confirmed(Arc::clone(&subject), message.headers, message.payload)
-            .await
-            .map_err(|err| {
-                if err.kind == TransportErrorKind::NoStream {
-                    return PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(
-                        format!("no stream stores `{subject}`: create one whose subjects match it"),
-                    );
-                }
-                let stream = self
-                    .stored
-                    .stream_of(&subject)
-                    .unwrap_or_else(|| Arc::from("(unknown)"));
-                let error = not_stored(&subject, &stream, &err);
-                if expectations.is_empty() || err.kind != TransportErrorKind::Refused {
-                    return error;
-                }
-                PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(format!(
-                    "{} (the publish expected {})",
-                    std::error::Error::source(&error)
-                        .map(ToString::to_string)
-                        .unwrap_or_default(),
-                    expectations.join(", ")
-                ))
-            })
+            .await;
+        if stored.is_ok() {
+            ruststream::telemetry::published("stored");
+        }
+        stored.map_err(|err| {
+            if err.kind == TransportErrorKind::NoStream {
+                return PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(
+                    format!("no stream stores `{subject}`: create one whose subjects match it"),
+                );
+            }
+            let stream = self
+                .stored
+                .stream_of(&subject)
+                .unwrap_or_else(|| Arc::from("(unknown)"));
+            let error = not_stored(&subject, &stream, &err);
+            if expectations.is_empty() || err.kind != TransportErrorKind::Refused {
+                return error;
+            }
+            PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(format!(
+                "{} (the publish expected {})",
+                std::error::Error::source(&error)
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+                expectations.join(", ")
+            ))
+        })
     }
 
     /// A Core request.

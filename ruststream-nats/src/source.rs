@@ -41,12 +41,14 @@ use ruststream::{Delivery, Endpoint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::JetStreamInfo;
 use crate::copies::RETRY_COUNT_HEADER;
 use crate::executor::{Executor, Incoming};
 use crate::publish::NatsPublisher;
 use crate::rate::RateLimited;
+use crate::telemetry;
 use crate::transport::{MessageStream, RawMessage, Subscription, TransportError, Unsubscribe};
 
 /// How long a source waits after the transport reported an error, so a failing connection does
@@ -424,9 +426,13 @@ impl Source {
             if endpoint.is_batch() {
                 let deliveries: Vec<&Delivery> = unit.iter().map(|i| &i.delivery).collect();
                 let dispatch = endpoint.dispatch_batch(&deliveries, &*publisher);
-                let decided = with_progress(&endpoint, &executor, unit, dispatch).await;
+                let span = telemetry::batch_span(&endpoint, &deliveries);
+                let dispatch = with_progress(&endpoint, &executor, unit, dispatch);
+                let decided = telemetry::observed(&span, &executor, unit.len(), dispatch).await;
                 for (incoming, (handled, decision)) in unit.iter().zip(decided) {
-                    settle(&executor, &progress, incoming, &handled, &decision).await;
+                    settle(&executor, &progress, incoming, &handled, &decision)
+                        .instrument(span.clone())
+                        .await;
                 }
             } else {
                 for incoming in unit {
@@ -440,16 +446,21 @@ impl Source {
                         None => None,
                     };
                     let dispatch = endpoint.dispatch(&incoming.delivery, &*publisher);
-                    let (handled, decision) = with_progress(
-                        &endpoint,
-                        &executor,
-                        std::slice::from_ref(incoming),
-                        dispatch,
-                    )
-                    .await;
-                    settle(&executor, &progress, incoming, &handled, &decision).await;
-                    if let (Some(guard), Some((key, revision))) = (&idempotency, claim) {
-                        guard.settled(key, revision, &decision).await;
+                    let span = telemetry::delivery_span(&endpoint, &incoming.delivery);
+                    let one = std::slice::from_ref(incoming);
+                    let dispatch = with_progress(&endpoint, &executor, one, dispatch);
+                    let decided =
+                        telemetry::observed(&span, &executor, 1, async { vec![dispatch.await] });
+                    for (handled, decision) in decided.await {
+                        settle(&executor, &progress, incoming, &handled, &decision)
+                            .instrument(span.clone())
+                            .await;
+                        if let (Some(guard), Some((key, revision))) = (&idempotency, &claim) {
+                            guard
+                                .settled(key.clone(), *revision, &decision)
+                                .instrument(span.clone())
+                                .await;
+                        }
                     }
                 }
             }

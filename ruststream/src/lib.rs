@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod app;
+pub mod asyncapi;
 pub mod broker;
 pub mod codec;
 mod context;
@@ -20,6 +21,7 @@ mod publish;
 pub mod registration;
 mod router;
 pub mod settle;
+pub mod telemetry;
 mod unconfirmed;
 
 pub use app::{App, AppInfo, Handling, Observer, RunningApp, RustStream, Scope};

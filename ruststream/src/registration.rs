@@ -234,6 +234,8 @@ pub struct RegistrationInfo {
     pub publishes: Vec<&'static str>,
     /// The middleware around the handler, outermost first (the app's, the broker's, its own).
     pub middleware: Vec<String>,
+    /// The payload's type and, when declared, its JSON Schema and its reply's (`asyncapi`).
+    pub schemas: crate::asyncapi::Schemas,
 }
 
 impl RegistrationInfo {
@@ -366,6 +368,7 @@ pub struct Registration<S> {
     policy: Policy,
     publishes: Vec<&'static str>,
     layers: LayerStack,
+    pub(crate) schemas: crate::asyncapi::Schemas,
     unroutable: Option<String>,
     idempotency_key: Option<Arc<crate::idempotency::KeyFn>>,
 }
@@ -437,6 +440,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             layers: LayerStack::default(),
             unroutable: None,
             idempotency_key: None,
+            schemas: crate::asyncapi::Schemas::of::<In>(),
         }
     }
 
@@ -497,6 +501,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             layers: LayerStack::default(),
             unroutable: None,
             idempotency_key: None,
+            schemas: crate::asyncapi::Schemas::of::<In>(),
         }
     }
 }
@@ -555,6 +560,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             policy: Policy::default(),
             publishes: O::subjects(),
             layers: LayerStack::default(),
+            schemas: crate::asyncapi::Schemas::of::<In>(),
             unroutable: None,
             idempotency_key: None,
         }
@@ -908,6 +914,7 @@ impl<S> Registration<S> {
             batch: matches!(self.handler, HandlerKind::Batch(_)),
             publishes: self.publishes.clone(),
             middleware: self.layers.all().iter().map(|m| m.name()).collect(),
+            schemas: self.schemas.clone(),
         }
     }
 }

@@ -306,6 +306,7 @@ impl Transport for NatsTransport {
         headers: Headers,
         payload: Bytes,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let headers = crate::telemetry::with_context(headers);
         Box::pin(async move {
             // One copy of the subject (async-nats keeps it as bytes).
             let target = async_nats::Subject::from(&*subject);
@@ -338,6 +339,7 @@ impl Transport for NatsTransport {
         headers: Headers,
         payload: Bytes,
     ) -> BoxFuture<'_, Result<u64, TransportError>> {
+        let headers = crate::telemetry::with_context(headers);
         Box::pin(async move {
             let headers = to_header_map(&headers)?;
             let ack = self
@@ -357,6 +359,7 @@ impl Transport for NatsTransport {
         headers: Headers,
         payload: Bytes,
     ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        let headers = crate::telemetry::with_context(headers);
         Box::pin(async move {
             let headers = to_header_map(&headers)?;
             let ack = self
@@ -402,6 +405,7 @@ impl Transport for NatsTransport {
         payload: Bytes,
         timeout: Duration,
     ) -> BoxFuture<'_, Result<RawMessage, TransportError>> {
+        let headers = crate::telemetry::with_context(headers);
         Box::pin(async move {
             let mut request = async_nats::Request::new()
                 .payload(payload)

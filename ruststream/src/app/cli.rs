@@ -9,6 +9,9 @@
 //! | broker URL | `run --url URL`, `check --url URL` | `NATS_URL` | the URL in `app()` |
 //! | embedded NATS | `run --embedded` | `RUSTSTREAM_EMBEDDED=1` | off |
 //! | log filter | | `RUST_LOG` | `info` |
+//! | log format | `--log-format human\|json` | `RUSTSTREAM_LOG_FORMAT` | `human` |
+//! | metrics and health | `run --metrics-addr HOST:PORT` | `RUSTSTREAM_METRICS_ADDR` | not served |
+//! | drain timeout | `run --drain-timeout SECONDS` | `RUSTSTREAM_DRAIN_TIMEOUT` | the app's `.drain_timeout(..)`, 30 s |
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -26,17 +29,33 @@ use crate::settle::{DeliveryModel, Settle};
 pub const URL_ENV: &str = "NATS_URL";
 /// The environment variable that turns on `run --embedded`.
 pub const EMBEDDED_ENV: &str = "RUSTSTREAM_EMBEDDED";
+/// The environment variable `run --metrics-addr` overrides.
+pub const METRICS_ADDR_ENV: &str = "RUSTSTREAM_METRICS_ADDR";
+/// The environment variable `run --drain-timeout` overrides.
+pub const DRAIN_TIMEOUT_ENV: &str = "RUSTSTREAM_DRAIN_TIMEOUT";
+/// The environment variable `--log-format` overrides.
+pub const LOG_FORMAT_ENV: &str = "RUSTSTREAM_LOG_FORMAT";
 
 const SETTINGS_HELP: &str = "\
 Settings (a flag overrides the environment, which overrides the code):
   run --url URL    NATS_URL               the broker URL (else the URL in the app's code)
   run --embedded   RUSTSTREAM_EMBEDDED=1  the embedded NATS: in the process, nothing persisted
+  run --metrics-addr HOST:PORT
+                   RUSTSTREAM_METRICS_ADDR  serve /metrics (Prometheus), /healthz and /readyz
+  run --drain-timeout SECONDS
+                   RUSTSTREAM_DRAIN_TIMEOUT  how long a stop waits for handlers in flight
+  --log-format human|json
+                   RUSTSTREAM_LOG_FORMAT  log lines for people (default) or JSON lines
                    RUST_LOG               the log filter (info by default)";
 
 #[derive(Debug, Parser)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Log lines for people (`human`, the default) or one JSON object a line (`json`);
+    /// overrides RUSTSTREAM_LOG_FORMAT.
+    #[arg(long, global = true, value_name = "FORMAT")]
+    log_format: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -53,6 +72,13 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Print the app's AsyncAPI 3.0 document (JSON): servers, a channel per subject read or
+    /// published, the operations, the payload schemas the registrations declare.
+    Asyncapi {
+        /// Print YAML instead of JSON.
+        #[arg(long)]
+        yaml: bool,
     },
 }
 
@@ -75,6 +101,14 @@ struct RunArgs {
     /// app started.
     #[arg(long, value_name = "FILE")]
     seed: Option<PathBuf>,
+    /// Serve Prometheus metrics at /metrics, liveness at /healthz and readiness at /readyz on
+    /// HOST:PORT (e.g. 0.0.0.0:9464); overrides RUSTSTREAM_METRICS_ADDR.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
+    /// How long a stop (SIGTERM, SIGINT) waits for handlers in flight, in seconds (fractions
+    /// allowed); overrides RUSTSTREAM_DRAIN_TIMEOUT and the app's `.drain_timeout(..)`.
+    #[arg(long, value_name = "SECONDS")]
+    drain_timeout: Option<String>,
 }
 
 /// The generated `main`: parses the command line, installs logging and runs the app.
@@ -107,6 +141,10 @@ where
         Ok(cli) => cli,
         Err(err) => err.exit(),
     };
+    let log_format = match log_format(cli.log_format) {
+        Ok(format) => format,
+        Err(message) => return fail(&message),
+    };
     match cli
         .command
         .unwrap_or_else(|| Command::Run(RunArgs::default()))
@@ -119,8 +157,23 @@ where
             }
             ExitCode::SUCCESS
         }
+        Command::Asyncapi { yaml } => {
+            let document = crate::asyncapi::document(&app);
+            if yaml {
+                match crate::asyncapi::to_yaml(&document) {
+                    Ok(text) => print!("{text}"),
+                    Err(err) => return fail(&format!("cannot write the document as YAML: {err}")),
+                }
+            } else {
+                match serde_json::to_string_pretty(&document) {
+                    Ok(text) => println!("{text}"),
+                    Err(err) => return fail(&format!("cannot write the document as JSON: {err}")),
+                }
+            }
+            ExitCode::SUCCESS
+        }
         Command::Check(url) => {
-            install_tracing();
+            install_tracing_as(log_format);
             let env = match url_env(Env::new(), url.url) {
                 Ok(env) => env,
                 Err(message) => return fail(&message),
@@ -144,7 +197,7 @@ where
             }
         }
         Command::Run(args) => {
-            install_tracing();
+            install_tracing_as(log_format);
             let embedded = args.embedded || env_flag(EMBEDDED_ENV);
             let env = if embedded {
                 if args.url.url.is_some() {
@@ -167,10 +220,26 @@ where
                     Err(message) => return fail(&message),
                 }
             };
+            let metrics_addr = match metrics_addr(args.metrics_addr) {
+                Ok(addr) => addr,
+                Err(message) => return fail(&message),
+            };
+            let env = match drain_timeout(args.drain_timeout) {
+                Ok(Some(timeout)) => env.with(crate::telemetry::DrainTimeout(timeout)),
+                Ok(None) => env,
+                Err(message) => return fail(&message),
+            };
             let Some(runtime) = runtime() else {
                 return ExitCode::FAILURE;
             };
             let run = async move {
+                let (env, _server) = match metrics_addr {
+                    Some(addr) => {
+                        let (env, server) = serve_operations(env, addr).await?;
+                        (env, Some(server))
+                    }
+                    None => (env, None),
+                };
                 let running = app.start(env).await?;
                 super::shutdown_signal().await;
                 running.stop().await
@@ -233,6 +302,99 @@ fn broker_url(flag: Option<String>) -> Result<Option<BrokerUrl>, String> {
     }
 }
 
+/// The log format of `--log-format`, else of `RUSTSTREAM_LOG_FORMAT`, else human.
+fn log_format(flag: Option<String>) -> Result<LogFormat, String> {
+    let (value, from) = match flag {
+        Some(value) => (value, "--log-format"),
+        None => match std::env::var(LOG_FORMAT_ENV) {
+            Ok(value) if !value.trim().is_empty() => (value, LOG_FORMAT_ENV),
+            _ => return Ok(LogFormat::Human),
+        },
+    };
+    match value.trim().to_ascii_lowercase().as_str() {
+        "human" | "text" => Ok(LogFormat::Human),
+        "json" => Ok(LogFormat::Json),
+        other => Err(format!(
+            "{from} is `{other}`, which is not a log format; use `human` or `json`"
+        )),
+    }
+}
+
+/// The address of `--metrics-addr`, else of `RUSTSTREAM_METRICS_ADDR`; none when neither is set.
+fn metrics_addr(flag: Option<String>) -> Result<Option<std::net::SocketAddr>, String> {
+    let (value, from) = match flag {
+        Some(value) => (value, "--metrics-addr"),
+        None => match std::env::var(METRICS_ADDR_ENV) {
+            Ok(value) if !value.trim().is_empty() => (value, METRICS_ADDR_ENV),
+            _ => return Ok(None),
+        },
+    };
+    use std::net::ToSocketAddrs as _;
+    match value.trim().to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(addr)) => Ok(Some(addr)),
+        _ => Err(format!(
+            "{from} is `{value}`, which is not an address to listen on; use HOST:PORT such as 127.0.0.1:9464 or 0.0.0.0:9464"
+        )),
+    }
+}
+
+/// The drain timeout of `--drain-timeout`, else of `RUSTSTREAM_DRAIN_TIMEOUT`; none when
+/// neither is set.
+fn drain_timeout(flag: Option<String>) -> Result<Option<std::time::Duration>, String> {
+    let (value, from) = match flag {
+        Some(value) => (value, "--drain-timeout"),
+        None => match std::env::var(DRAIN_TIMEOUT_ENV) {
+            Ok(value) if !value.trim().is_empty() => (value, DRAIN_TIMEOUT_ENV),
+            _ => return Ok(None),
+        },
+    };
+    match value.trim().parse::<f64>() {
+        Ok(seconds) if (0.0..=86_400.0).contains(&seconds) => {
+            Ok(Some(std::time::Duration::from_secs_f64(seconds)))
+        }
+        _ => Err(format!(
+            "{from} is `{value}`, which is not a number of seconds; use a number such as 30 or 2.5 (at most 86400)"
+        )),
+    }
+}
+
+/// Installs the Prometheus recorder (feature `prometheus`), serves `/metrics`, `/healthz` and
+/// `/readyz` on `addr`, and adds the [`Health`](crate::telemetry::Health) the app reports to
+/// `env`.
+async fn serve_operations(
+    env: Env,
+    addr: std::net::SocketAddr,
+) -> Result<(Env, crate::telemetry::Server), crate::Error> {
+    let health = crate::telemetry::Health::new();
+    #[cfg(feature = "prometheus")]
+    let render = Some(crate::telemetry::install_prometheus()?);
+    #[cfg(not(feature = "prometheus"))]
+    let render = None;
+    let metrics = render.is_some();
+    let server = crate::telemetry::serve(addr, health.clone(), render).await?;
+    let at = server.local_addr();
+    if metrics {
+        tracing::info!(
+            "metrics at http://{at}/metrics, liveness at http://{at}/healthz, readiness at http://{at}/readyz"
+        );
+    } else {
+        tracing::info!(
+            "liveness at http://{at}/healthz, readiness at http://{at}/readyz (metrics are not compiled in: enable the `prometheus` feature of ruststream)"
+        );
+    }
+    Ok((env.with(health), server))
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// For people: one line per event, spans' fields before the message.
+    #[default]
+    Human,
+    /// One JSON object a line, with the current span and its parents.
+    Json,
+}
+
 /// Prints what each handler did, for `run --embedded`.
 struct PrintHandled;
 
@@ -274,9 +436,22 @@ fn handled_line(handling: &Handling<'_>) -> String {
 /// Installs a `tracing` subscriber reading `RUST_LOG`, `info` when unset. Does nothing when one
 /// is already installed.
 pub fn install_tracing() {
+    install_tracing_as(LogFormat::Human);
+}
+
+/// [`install_tracing`] writing `format`.
+pub fn install_tracing_as(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+    let _ = match format {
+        LogFormat::Human => tracing_subscriber::fmt().with_env_filter(filter).try_init(),
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .with_env_filter(filter)
+            .try_init(),
+    };
 }
 
 /// The `describe` table of `app`.

@@ -169,6 +169,8 @@ pub struct RunningApp {
     info: AppInfo,
     brokers: Vec<Box<dyn RunningBroker>>,
     on_shutdown: Box<dyn FnOnce() -> BoxFuture<'static, Result<(), Error>> + Send>,
+    /// Told of the drain (`/readyz`), when the app started with one.
+    health: Option<crate::telemetry::Health>,
 }
 
 impl fmt::Debug for RunningApp {
@@ -192,6 +194,9 @@ impl RunningApp {
     /// the shutdown hooks.
     pub async fn stop(mut self) -> Result<(), Error> {
         let mut first_error = None;
+        if let Some(health) = &self.health {
+            health.set_draining();
+        }
         let brokers = std::mem::take(&mut self.brokers);
         let on_shutdown = std::mem::replace(
             &mut self.on_shutdown,
@@ -514,10 +519,16 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
     #[allow(clippy::manual_async_fn)]
     fn start(self, env: Env) -> impl Future<Output = Result<RunningApp, Error>> + Send {
         async move {
-            let env = if env.drain_timeout() == Env::default().drain_timeout() {
-                env.with_drain_timeout(self.drain_timeout)
-            } else {
-                env
+            let env = match env.get::<crate::telemetry::DrainTimeout>() {
+                // The operator's (`run --drain-timeout`, RUSTSTREAM_DRAIN_TIMEOUT) wins.
+                Some(crate::telemetry::DrainTimeout(timeout)) => {
+                    let timeout = *timeout;
+                    env.with_drain_timeout(timeout)
+                }
+                None if env.drain_timeout() == Env::default().drain_timeout() => {
+                    env.with_drain_timeout(self.drain_timeout)
+                }
+                None => env,
             };
             self.validate()?;
             for warning in self.warnings() {
@@ -546,9 +557,14 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
                 "started"
             );
             let hooks = self.shutdown;
+            let health = env.get::<crate::telemetry::Health>().cloned();
+            if let Some(health) = &health {
+                health.set_started();
+            }
             Ok(RunningApp {
                 info: self.info,
                 brokers: started,
+                health,
                 on_shutdown: Box::new(move || {
                     async move {
                         for hook in hooks {

@@ -1,0 +1,409 @@
+//! Operations: the metrics every delivery feeds (through the [`metrics`] facade), the health
+//! the brokers report, and the small HTTP server that serves both (`run --metrics-addr`):
+//! Prometheus text at `/metrics`, liveness at `/healthz`, readiness at `/readyz`.
+//!
+//! The metrics are recorded whether or not a recorder is installed (without one they cost a
+//! no-op call). The generated `main` installs the Prometheus recorder when `--metrics-addr` is
+//! given ([`install_prometheus`], feature `prometheus`, on by default); an app that installs
+//! its own recorder (OpenTelemetry, StatsD) gets the same names.
+//!
+//! Recorders are read when a registration starts: install one before `App::start`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::outcome::HandlerOutcome;
+use crate::registration::Handled;
+
+/// The metric names (pinned in the API).
+pub mod names {
+    /// Counter `{handler, outcome}`: deliveries handled, by what the handler said (`ack`,
+    /// `retry`, `retry_after`, `drop`) or what happened instead (`undecodable`, `panicked`,
+    /// `timed_out`, `no_outcome`, `past_cap`).
+    pub const DELIVERIES: &str = "ruststream_deliveries_total";
+    /// Histogram `{handler}`: how long the handler ran, in seconds.
+    pub const HANDLER_DURATION: &str = "ruststream_handler_duration_seconds";
+    /// Gauge `{handler}`: deliveries being handled now.
+    pub const IN_FLIGHT: &str = "ruststream_in_flight";
+    /// Counter `{handler}`: deliveries published to the dead-letter subject.
+    pub const DEAD_LETTERS: &str = "ruststream_dead_letters_total";
+    /// Counter `{handler}`: Core retry copies sent (or scheduled) to the retry subject.
+    pub const RETRY_COPIES: &str = "ruststream_retry_copies_total";
+    /// Counter `{subject_kind}`: messages the app published (replies, outputs, `publish_to`,
+    /// publishes from outside a handler): `stored` (a JetStream publish its stream confirmed)
+    /// or `core`. Dead letters and retry copies have counters of their own.
+    pub const PUBLISHED: &str = "ruststream_published_total";
+    /// Counter `{handler}`: Core messages the client dropped because the handlers did not keep
+    /// up (slow consumer).
+    pub const SLOW_CONSUMER_DROPPED: &str = "ruststream_slow_consumer_dropped_total";
+    /// Gauge `{broker}`: 1 while connected to the broker, 0 while disconnected.
+    pub const CONNECTED: &str = "ruststream_connected";
+    /// Gauge: 1 while `/readyz` answers 200 (connected, every registration consuming, not
+    /// draining), 0 otherwise.
+    pub const READY: &str = "ruststream_ready";
+}
+
+/// The histogram buckets of [`names::HANDLER_DURATION`], in seconds.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The label value of what a handler said about a delivery.
+pub fn outcome_label(handled: &Handled) -> &'static str {
+    match handled {
+        Handled::Outcome(HandlerOutcome::Ack) => "ack",
+        Handled::Outcome(HandlerOutcome::Retry) => "retry",
+        Handled::Outcome(HandlerOutcome::RetryAfter(_)) => "retry_after",
+        Handled::Outcome(HandlerOutcome::Drop) => "drop",
+        Handled::Undecodable(_) => "undecodable",
+        Handled::Panicked(_) => "panicked",
+        Handled::TimedOut(_) => "timed_out",
+        Handled::NoOutcome(_) => "no_outcome",
+        Handled::PastCap => "past_cap",
+        Handled::Failed(_) => "error",
+    }
+}
+
+const OUTCOMES: [&str; 10] = [
+    "ack",
+    "retry",
+    "retry_after",
+    "drop",
+    "undecodable",
+    "panicked",
+    "timed_out",
+    "no_outcome",
+    "past_cap",
+    "error",
+];
+
+/// The metric handles of one registration, made once when it starts.
+#[derive(Clone)]
+pub struct HandlerMetrics {
+    deliveries: Arc<[Counter; OUTCOMES.len()]>,
+    duration: Histogram,
+    in_flight: Gauge,
+    dead_letters: Counter,
+    retry_copies: Counter,
+}
+
+impl std::fmt::Debug for HandlerMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerMetrics").finish_non_exhaustive()
+    }
+}
+
+impl HandlerMetrics {
+    /// The handles of registration `handler` in the recorder installed now.
+    pub fn new(handler: &str) -> Self {
+        let label = || handler.to_owned();
+        Self {
+            deliveries: Arc::new(OUTCOMES.map(|outcome| {
+                metrics::counter!(names::DELIVERIES, "handler" => label(), "outcome" => outcome)
+            })),
+            duration: metrics::histogram!(names::HANDLER_DURATION, "handler" => label()),
+            in_flight: metrics::gauge!(names::IN_FLIGHT, "handler" => label()),
+            dead_letters: metrics::counter!(names::DEAD_LETTERS, "handler" => label()),
+            retry_copies: metrics::counter!(names::RETRY_COPIES, "handler" => label()),
+        }
+    }
+
+    /// A delivery reached the handler.
+    pub fn started(&self) {
+        self.in_flight.increment(1.0);
+    }
+
+    /// The handler is done with a delivery after `took`.
+    pub fn finished(&self, handled: &Handled, took: Duration) {
+        self.in_flight.decrement(1.0);
+        self.duration.record(took.as_secs_f64());
+        let label = outcome_label(handled);
+        if let Some(i) = OUTCOMES.iter().position(|o| *o == label) {
+            self.deliveries[i].increment(1);
+        }
+    }
+
+    /// A delivery went to the dead-letter subject.
+    pub fn dead_lettered(&self) {
+        self.dead_letters.increment(1);
+    }
+
+    /// A Core retry copy was sent or scheduled.
+    pub fn retry_copied(&self) {
+        self.retry_copies.increment(1);
+    }
+}
+
+/// A message was published; `subject_kind` as [`names::PUBLISHED`] lists.
+pub fn published(subject_kind: &'static str) {
+    metrics::counter!(names::PUBLISHED, "subject_kind" => subject_kind).increment(1);
+}
+
+/// The client dropped `count` Core messages of `handler` (slow consumer).
+pub fn slow_consumer_dropped(handler: &str, count: u64) {
+    metrics::counter!(names::SLOW_CONSUMER_DROPPED, "handler" => handler.to_owned())
+        .increment(count);
+}
+
+/// What `/readyz` answers: shared by the brokers (connection), the app (started, draining)
+/// and the server. Put one into the [`Env`](crate::Env) the app starts in
+/// (`Env::new().with(health.clone())`); the generated `main` does with `--metrics-addr`.
+#[derive(Clone, Debug, Default)]
+pub struct Health {
+    inner: Arc<HealthInner>,
+}
+
+#[derive(Debug, Default)]
+struct HealthInner {
+    started: AtomicBool,
+    draining: AtomicBool,
+    /// Brokers disconnected now.
+    disconnected: AtomicUsize,
+}
+
+impl Health {
+    /// Not ready: nothing started yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every registration of every broker consumes.
+    pub fn set_started(&self) {
+        self.inner.started.store(true, Ordering::SeqCst);
+        self.publish();
+    }
+
+    /// The app drains: no new messages.
+    pub fn set_draining(&self) {
+        self.inner.draining.store(true, Ordering::SeqCst);
+        self.publish();
+    }
+
+    /// `broker` lost its connection (`connected == false`) or made it again.
+    pub fn set_connected(&self, broker: &str, connected: bool) {
+        if connected {
+            let _ = self
+                .inner
+                .disconnected
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        } else {
+            self.inner.disconnected.fetch_add(1, Ordering::SeqCst);
+        }
+        metrics::gauge!(names::CONNECTED, "broker" => broker.to_owned()).set(if connected {
+            1.0
+        } else {
+            0.0
+        });
+        self.publish();
+    }
+
+    /// `Ok(())` when ready; otherwise why not.
+    pub fn readiness(&self) -> Result<(), &'static str> {
+        if self.inner.draining.load(Ordering::SeqCst) {
+            Err("draining")
+        } else if !self.inner.started.load(Ordering::SeqCst) {
+            Err("starting: not every registration consumes yet")
+        } else if self.inner.disconnected.load(Ordering::SeqCst) > 0 {
+            Err("disconnected from the broker")
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn is_ready(&self) -> bool {
+        self.readiness().is_ok()
+    }
+
+    fn publish(&self) {
+        metrics::gauge!(names::READY).set(if self.is_ready() { 1.0 } else { 0.0 });
+    }
+}
+
+/// Put into the [`Env`](crate::Env) by the generated `main` when the operator sets the drain
+/// timeout (`run --drain-timeout SECONDS`, `RUSTSTREAM_DRAIN_TIMEOUT`): it overrides the app's
+/// `.drain_timeout(..)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainTimeout(pub Duration);
+
+/// Renders the Prometheus text of the installed recorder.
+pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Installs the Prometheus recorder as the process's `metrics` recorder (once: later calls
+/// return the first one's renderer) and returns what renders its text.
+///
+/// # Errors
+///
+/// Another recorder (not this one) is installed already.
+#[cfg(feature = "prometheus")]
+pub fn install_prometheus() -> Result<Render, crate::Error> {
+    use std::sync::OnceLock;
+
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+    static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+    let handle = HANDLE.get_or_init(|| {
+        PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                Matcher::Full(names::HANDLER_DURATION.to_owned()),
+                DURATION_BUCKETS,
+            )
+            .and_then(PrometheusBuilder::install_recorder)
+            .map_err(|e| e.to_string())
+    });
+    match handle {
+        Ok(handle) => {
+            let handle = handle.clone();
+            Ok(Arc::new(move || {
+                handle.run_upkeep();
+                handle.render()
+            }))
+        }
+        Err(err) => Err(crate::Error::new(
+            crate::ErrorKind::Config,
+            format!(
+                "cannot install the Prometheus metrics recorder ({err}); another `metrics` recorder is installed: serve that one, or drop `--metrics-addr`"
+            ),
+        )),
+    }
+}
+
+/// The HTTP server of `--metrics-addr`, bound and serving.
+#[derive(Debug)]
+pub struct Server {
+    addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// The address it listens on (with the port the system chose for port 0).
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Binds `addr` and serves `/metrics` (the text of `render`, 404 without one), `/healthz`
+/// (200 while the process runs) and `/readyz` (200 when `health` is ready, 503 with the
+/// reason otherwise). HTTP/1.1 GET only, one request per connection: what Prometheus and
+/// orchestrators' probes send. Served until the [`Server`] is dropped.
+///
+/// The exporter's own listener serves only metrics; this one answers the health probes on the
+/// same address and needs no HTTP framework.
+///
+/// # Errors
+///
+/// `addr` cannot be bound.
+pub async fn serve(
+    addr: std::net::SocketAddr,
+    health: Health,
+    render: Option<Render>,
+) -> Result<Server, crate::Error> {
+    let listener = TcpListener::bind(addr).await.map_err(|e| {
+        crate::Error::new(
+            crate::ErrorKind::Config,
+            format!(
+                "cannot listen for metrics and health on {addr} (--metrics-addr): {e}; choose a free address"
+            ),
+        )
+    })?;
+    let addr = listener.local_addr().unwrap_or(addr);
+    let task = tokio::spawn(async move {
+        loop {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    // Out of file descriptors, for one: wait instead of spinning.
+                    tracing::warn!(%err, "the metrics and health server cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let health = health.clone();
+            let render = render.clone();
+            tokio::spawn(async move {
+                let _ = answer(stream, &health, render.as_ref()).await;
+            });
+        }
+    });
+    Ok(Server { addr, task })
+}
+
+/// Reads one request (up to its blank line, at most 8 KiB, 10 s) and answers it.
+async fn answer(
+    mut stream: tokio::net::TcpStream,
+    health: &Health,
+    render: Option<&Render>,
+) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    let read = async {
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    let request = String::from_utf8_lossy(&buf);
+    let mut words = request.split_whitespace();
+    let method = words.next().unwrap_or("");
+    let path = words.next().unwrap_or("").split('?').next().unwrap_or("");
+    let (status, content_type, body) = match (method, path) {
+        ("GET" | "HEAD", "/metrics") => match render {
+            Some(render) => (
+                "200 OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                render(),
+            ),
+            None => (
+                "404 Not Found",
+                "text/plain; charset=utf-8",
+                "metrics are not compiled in: enable the `prometheus` feature of ruststream\n"
+                    .to_owned(),
+            ),
+        },
+        ("GET" | "HEAD", "/healthz") => ("200 OK", "text/plain; charset=utf-8", "ok\n".to_owned()),
+        ("GET" | "HEAD", "/readyz") => match health.readiness() {
+            Ok(()) => ("200 OK", "text/plain; charset=utf-8", "ready\n".to_owned()),
+            Err(why) => (
+                "503 Service Unavailable",
+                "text/plain; charset=utf-8",
+                format!("not ready: {why}\n"),
+            ),
+        },
+        ("GET" | "HEAD", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found: try /metrics, /healthz or /readyz\n".to_owned(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "only GET\n".to_owned(),
+        ),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    if method != "HEAD" {
+        stream.write_all(body.as_bytes()).await?;
+    }
+    stream.shutdown().await
+}

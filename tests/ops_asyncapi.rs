@@ -1,0 +1,227 @@
+//! The AsyncAPI 3.0 document: every example's validates against the official AsyncAPI 3.0 JSON
+//! Schema (vendored from the `@asyncapi/specs` npm package, 6.11.1,
+//! `schemas/3.0.0-without-$id.json`, Apache-2.0: tests/asyncapi/), and an app with patterns,
+//! a queue group, requests and declared payload schemas describes each as AsyncAPI says.
+
+use std::sync::OnceLock;
+
+use ruststream::asyncapi::{document, to_yaml};
+use serde_json::{Value, json};
+
+macro_rules! example {
+    ($module:ident, $file:literal) => {
+        #[allow(dead_code)]
+        mod $module {
+            include!(concat!(env!("OUT_DIR"), "/examples/", $file));
+
+            pub(crate) fn service() -> impl App {
+                app()
+            }
+        }
+    };
+}
+
+example!(payments, "payments.rs");
+example!(nats_settlement_core, "nats_settlement_core.rs");
+example!(retries_dead_letters, "retries_dead_letters.rs");
+example!(batches, "batches.rs");
+example!(orders_worker, "orders_worker.rs");
+example!(manual_payments, "manual/payments.rs");
+example!(
+    manual_nats_settlement_core,
+    "manual/nats_settlement_core.rs"
+);
+example!(
+    manual_retries_dead_letters,
+    "manual/retries_dead_letters.rs"
+);
+example!(manual_batches, "manual/batches.rs");
+example!(manual_orders_worker, "manual/orders_worker.rs");
+
+/// The official schema, compiled once.
+fn validator() -> &'static jsonschema::Validator {
+    static VALIDATOR: OnceLock<jsonschema::Validator> = OnceLock::new();
+    VALIDATOR.get_or_init(|| {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/asyncapi/asyncapi-3.0.0.schema.json"
+        );
+        let schema: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("the vendored schema"))
+                .expect("the schema is JSON");
+        jsonschema::draft7::new(&schema).expect("the schema compiles")
+    })
+}
+
+fn assert_valid(name: &str, doc: &Value) {
+    let errors: Vec<String> = validator()
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{name}'s document is not valid AsyncAPI 3.0:\n{}\n{}",
+        errors.join("\n"),
+        serde_json::to_string_pretty(doc).expect("JSON")
+    );
+}
+
+#[test]
+fn the_official_schema_refuses_a_broken_document() {
+    // The validator is not a rubber stamp: a receive operation without a channel fails.
+    let mut doc = document(&payments::service());
+    doc["operations"]["capture"]
+        .as_object_mut()
+        .expect("an operation")
+        .remove("channel");
+    assert!(!validator().is_valid(&doc));
+    let mut doc = document(&payments::service());
+    doc["asyncapi"] = json!("2.6.0");
+    assert!(!validator().is_valid(&doc));
+}
+
+#[test]
+fn every_examples_document_is_valid_asyncapi() {
+    let documents = [
+        ("payments", document(&payments::service())),
+        (
+            "nats_settlement_core",
+            document(&nats_settlement_core::service()),
+        ),
+        (
+            "retries_dead_letters",
+            document(&retries_dead_letters::service()),
+        ),
+        ("batches", document(&batches::service())),
+        ("orders_worker", document(&orders_worker::service())),
+        ("manual/payments", document(&manual_payments::service())),
+        (
+            "manual/nats_settlement_core",
+            document(&manual_nats_settlement_core::service()),
+        ),
+        (
+            "manual/retries_dead_letters",
+            document(&manual_retries_dead_letters::service()),
+        ),
+        ("manual/batches", document(&manual_batches::service())),
+        (
+            "manual/orders_worker",
+            document(&manual_orders_worker::service()),
+        ),
+    ];
+    for (name, doc) in &documents {
+        assert_valid(name, doc);
+        // The YAML form says the same.
+        let yaml = to_yaml(doc).expect("YAML");
+        let back: Value = serde_norway::from_str(&yaml).expect("the YAML parses");
+        assert_eq!(&back, doc, "{name}");
+    }
+    // The payments example: its servers, both subjects, the JetStream consumer, the answer.
+    let doc = &documents[0].1;
+    assert_eq!(doc["servers"]["nats"]["host"], "localhost:4222");
+    assert_eq!(doc["servers"]["nats"]["protocol"], "nats");
+    let authorized = &doc["channels"]["payments.authorized"];
+    assert_eq!(authorized["address"], "payments.authorized");
+    assert_eq!(
+        authorized["x-ruststream-jetstream"],
+        json!({"stream": "PAYMENTS", "consumer": "capture"})
+    );
+    assert_eq!(authorized["messages"]["capture.in"]["title"], "Payment");
+    let capture = &doc["operations"]["capture"];
+    assert_eq!(capture["action"], "receive");
+    assert_eq!(capture["channel"]["$ref"], "#/channels/payments.authorized");
+    assert_eq!(
+        doc["operations"]["capture.publish.payments.captured"]["channel"]["$ref"],
+        "#/channels/payments.captured"
+    );
+    assert_eq!(doc["operations"]["refresh"]["action"], "receive");
+    // A JetStream delivery is not a request: no reply.
+    assert!(capture.get("reply").is_none());
+}
+
+mod custom {
+    use ruststream_nats::prelude::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Deserialize, schemars::JsonSchema)]
+    pub struct Number {
+        /// The number to double.
+        pub value: i64,
+    }
+
+    #[derive(Debug, Serialize, Deserialize, Outgoing, schemars::JsonSchema)]
+    #[outgoing(name = "math.doubled")]
+    pub struct Doubled {
+        pub value: i64,
+    }
+
+    #[subscriber("math.double", reply)]
+    pub async fn double(n: &Number) -> Result<Doubled, HandlerOutcome> {
+        Ok(Doubled { value: n.value * 2 })
+    }
+
+    #[subscriber(CoreWildcard::new("audit.*").queue_group("auditors"))]
+    pub async fn audit(_n: &Number) -> HandlerOutcome {
+        HandlerOutcome::ack()
+    }
+
+    pub fn app() -> impl App<State = ()> {
+        RustStream::new(AppInfo::new("math", "1.2.3")).with_broker(
+            NatsBroker::new("nats://math.internal:4222"),
+            |b| {
+                b.include(double)
+                    .payload_schema::<Number>()
+                    .reply_schema::<Doubled>()
+                    .max_attempts(nonzero!(3))
+                    .dead_letter("math.dead");
+                b.include(audit);
+            },
+        )
+    }
+}
+
+#[test]
+fn patterns_queue_groups_requests_and_schemas_are_described() {
+    let doc = document(&custom::app());
+    assert_valid("math", &doc);
+    assert_eq!(doc["info"]["title"], "math");
+    assert_eq!(doc["info"]["version"], "1.2.3");
+    assert_eq!(doc["servers"]["nats"]["host"], "math.internal:4222");
+    // The payload schema, from the Rust type.
+    let input = &doc["channels"]["math.double"]["messages"]["double.in"];
+    assert_eq!(input["payload"]["type"], "object");
+    assert_eq!(input["payload"]["properties"]["value"]["type"], "integer");
+    assert_eq!(
+        input["payload"]["properties"]["value"]["description"],
+        "The number to double."
+    );
+    assert_eq!(input["payload"]["required"], json!(["value"]));
+    // The request's reply: to the requester's inbox (no fixed address), with the value's schema.
+    let double = &doc["operations"]["double"];
+    assert_eq!(
+        double["reply"]["channel"]["$ref"],
+        "#/channels/double.reply"
+    );
+    assert_eq!(doc["channels"]["double.reply"]["address"], Value::Null);
+    let reply = &doc["channels"]["double.reply"]["messages"]["double.out"];
+    assert_eq!(reply["payload"]["properties"]["value"]["type"], "integer");
+    // The value also goes to its subject; spent requests to the dead-letter subject.
+    assert_eq!(
+        doc["operations"]["double.publish.math.doubled"]["action"],
+        "send"
+    );
+    assert_eq!(
+        doc["operations"]["double.dead_letter"]["channel"]["$ref"],
+        "#/channels/math.dead"
+    );
+    assert_eq!(double["x-ruststream"]["max_attempts"], 3);
+    // The pattern, with its queue group as the NATS binding.
+    let audit = &doc["channels"]["audit._any_"];
+    assert_eq!(audit["address"], "audit.*");
+    let operation = &doc["operations"]["audit"];
+    assert_eq!(operation["bindings"]["nats"]["queue"], "auditors");
+    // A message without a declared schema says which type it is.
+    let message = &audit["messages"]["audit.in"];
+    assert_eq!(message["title"], "Number");
+    assert!(message.get("payload").is_none());
+}

@@ -1,0 +1,318 @@
+//! The operations settings of the generated `main`, run as an operator runs it, on the
+//! unchanged `examples/payments.rs`: `--help` lists them, a bad value names its setting, and
+//! `run --metrics-addr` with JSON logs serves metrics and health a real HTTP client scrapes,
+//! while every log line is a JSON object and a handler's events sit in its delivery's span.
+//!
+//! Each case runs this test binary again as the app's program (the test `as_the_app`), as
+//! `firstrun_cli.rs` does.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use ruststream_test_server::NatsServer;
+use ruststream_test_server::client::{connect_jetstream, create_stream, publish_stored};
+
+/// `examples/payments.rs`, included unchanged (see `tests/examples_support/build.rs`).
+#[allow(dead_code)]
+mod payments {
+    include!(concat!(env!("OUT_DIR"), "/examples/payments.rs"));
+
+    pub(crate) fn service() -> impl App {
+        app()
+    }
+}
+
+const ARGS: &str = "OPS_CLI_ARGS";
+/// Separates the arguments in `OPS_CLI_ARGS`.
+const SEP: char = '\u{1f}';
+
+/// In the child: the example's program, with the arguments the parent gave.
+#[test]
+fn as_the_app() {
+    let Ok(args) = std::env::var(ARGS) else {
+        return; // Not a child: nothing to do.
+    };
+    let args = std::iter::once("payments".to_owned())
+        .chain(args.split(SEP).filter(|a| !a.is_empty()).map(str::to_owned));
+    let code = ruststream::app::cli::main_from(payments::service, args);
+    std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
+}
+
+/// The example's program with arguments `args`.
+fn payments<const N: usize>(args: [&str; N]) -> Command {
+    let exe = std::env::current_exe().expect("the test's path");
+    let mut command = Command::new(exe);
+    command
+        .args([
+            "--exact",
+            "as_the_app",
+            "--nocapture",
+            "--test-threads=1",
+            "--quiet",
+        ])
+        .env(ARGS, args.join(&SEP.to_string()))
+        .env_remove("NATS_URL")
+        .env_remove("RUSTSTREAM_EMBEDDED")
+        .env_remove("RUSTSTREAM_METRICS_ADDR")
+        .env_remove("RUSTSTREAM_LOG_FORMAT")
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    command
+}
+
+fn output(command: &mut Command) -> (bool, String) {
+    let out = command.output().expect("the program runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn help_lists_the_operations_settings_and_their_variables() {
+    let (ok, text) = output(&mut payments(["--help"]));
+    assert!(ok, "{text}");
+    for needle in [
+        "--url URL",
+        "NATS_URL",
+        "--metrics-addr HOST:PORT",
+        "RUSTSTREAM_METRICS_ADDR",
+        "--log-format human|json",
+        "RUSTSTREAM_LOG_FORMAT",
+        "--drain-timeout SECONDS",
+        "RUSTSTREAM_DRAIN_TIMEOUT",
+        "RUST_LOG",
+    ] {
+        assert!(text.contains(needle), "no `{needle}` in:\n{text}");
+    }
+    let (ok, text) = output(&mut payments(["run", "--help"]));
+    assert!(ok, "{text}");
+    assert!(text.contains("--metrics-addr <HOST:PORT>"), "{text}");
+    assert!(text.contains("--log-format <FORMAT>"), "{text}");
+    assert!(text.contains("--drain-timeout <SECONDS>"), "{text}");
+}
+
+#[test]
+fn a_bad_setting_stops_the_app_with_an_error_naming_it() {
+    let (ok, text) = output(payments(["run"]).env("RUSTSTREAM_LOG_FORMAT", "xml"));
+    assert!(!ok);
+    assert_eq!(
+        text.matches("error: RUSTSTREAM_LOG_FORMAT is `xml`, which is not a log format; use `human` or `json`").count(),
+        1,
+        "{text}"
+    );
+    let (ok, text) = output(&mut payments(["run", "--metrics-addr", "nowhere"]));
+    assert!(!ok);
+    assert!(
+        text.contains("error: --metrics-addr is `nowhere`, which is not an address to listen on"),
+        "{text}"
+    );
+    let (ok, text) = output(payments(["run"]).env("RUSTSTREAM_DRAIN_TIMEOUT", "soon"));
+    assert!(!ok);
+    assert!(
+        text.contains(
+            "error: RUSTSTREAM_DRAIN_TIMEOUT is `soon`, which is not a number of seconds"
+        ),
+        "{text}"
+    );
+    let (ok, text) = output(payments(["run"]).env("RUSTSTREAM_METRICS_ADDR", "1.2.3:x"));
+    assert!(!ok);
+    assert!(
+        text.contains("error: RUSTSTREAM_METRICS_ADDR is `1.2.3:x`"),
+        "{text}"
+    );
+}
+
+/// The lines a child writes to standard output, as they come.
+fn lines(child: &mut std::process::Child) -> Receiver<String> {
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Reads lines into `seen` until one satisfies `matches`; returns it.
+fn wait_for(
+    rx: &Receiver<String>,
+    seen: &mut Vec<String>,
+    what: &str,
+    matches: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(line) = seen.iter().find(|l| matches(l)) {
+            return line.clone();
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no line with {what}; saw:\n{}", seen.join("\n")),
+        }
+    }
+}
+
+/// `GET http://addr/path` with a real HTTP client: the status and the body.
+fn get(addr: &str, path: &str) -> (u16, String) {
+    let url = format!("http://{addr}{path}");
+    match ureq::get(&url).call() {
+        Ok(response) => (response.status(), response.into_string().expect("a body")),
+        Err(ureq::Error::Status(status, response)) => {
+            (status, response.into_string().expect("a body"))
+        }
+        Err(err) => panic!("GET {url} failed: {err}"),
+    }
+}
+
+fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn run_serves_metrics_and_health_and_logs_json_lines() {
+    let server = NatsServer::start();
+    eprintln!("running against {}", NatsServer::version());
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let js = runtime.block_on(async {
+        let (_client, js) = connect_jetstream(&server).await;
+        create_stream(&js, "PAYMENTS", ["payments.authorized"]).await;
+        js
+    });
+    let mut child = payments([
+        "run",
+        "--url",
+        &server.url(),
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ])
+    .env("RUSTSTREAM_LOG_FORMAT", "json")
+    // The operator's drain timeout overrides the app's (the drain's log line says it).
+    .env("RUSTSTREAM_DRAIN_TIMEOUT", "7.5")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit())
+    .spawn()
+    .expect("the example starts");
+    let rx = lines(&mut child);
+    let mut seen = Vec::new();
+    let line = wait_for(&rx, &mut seen, "where to scrape", |l| {
+        l.contains("metrics at http://")
+    });
+    let at = line
+        .split("metrics at http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("an address")
+        .to_owned();
+    eventually("/readyz answers 200", || {
+        (get(&at, "/readyz").0 == 200).then_some(())
+    });
+    assert_eq!(get(&at, "/healthz"), (200, "ok\n".to_owned()));
+
+    runtime.block_on(async {
+        publish_stored(
+            &js,
+            "payments.authorized",
+            r#"{"id": 1, "card": "visa", "amount_cents": 100}"#.to_owned(),
+        )
+        .await;
+        publish_stored(
+            &js,
+            "payments.authorized",
+            r#"{"id": 2, "card": "declined", "amount_cents": 5}"#.to_owned(),
+        )
+        .await;
+    });
+    let text = eventually("both payments and the dashboard are counted", || {
+        let (status, text) = get(&at, "/metrics");
+        assert_eq!(status, 200);
+        (text.contains(r#"ruststream_deliveries_total{handler="capture",outcome="ack"} 1"#)
+            && text.contains(r#"ruststream_deliveries_total{handler="capture",outcome="drop"} 1"#)
+            && text.contains(r#"ruststream_deliveries_total{handler="refresh",outcome="ack"} 1"#))
+        .then_some(text)
+    });
+    assert!(
+        text.contains(r#"ruststream_handler_duration_seconds_count{handler="capture"} 2"#),
+        "{text}"
+    );
+    assert!(text.contains("ruststream_ready 1"), "{text}");
+
+    // The handler's own event, in its delivery's span, as one JSON object.
+    let refreshed = wait_for(&rx, &mut seen, "the dashboard's event", |l| {
+        l.contains("dashboard refreshed")
+    });
+    let event: serde_json::Value = serde_json::from_str(&refreshed).expect("a JSON line");
+    assert_eq!(event["level"], "INFO");
+    let span = &event["span"];
+    assert_eq!(span["name"], "ruststream.delivery", "{event}");
+    assert_eq!(span["messaging.system"], "nats", "{event}");
+    assert_eq!(span["messaging.destination.name"], "payments.captured");
+    assert_eq!(span["ruststream.registration"], "refresh");
+
+    // SIGTERM: the app drains and exits cleanly.
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let draining = wait_for(&rx, &mut seen, "the drain's start", |l| {
+        l.contains("draining NATS")
+    });
+    let draining: serde_json::Value = serde_json::from_str(&draining).expect("a JSON line");
+    assert_eq!(draining["fields"]["drain_timeout"], "7.5s", "{draining}");
+    wait_for(&rx, &mut seen, "the drain", |l| l.contains("NATS drained"));
+    let status = child.wait().expect("the child exits");
+    assert!(status.success(), "{}", seen.join("\n"));
+    for line in seen.iter().filter(|l| !l.trim().is_empty()) {
+        let parsed: Result<serde_json::Value, _> = serde_json::from_str(line);
+        // The test harness's own lines are not the app's.
+        if line.starts_with("running ") || line.starts_with("test result") {
+            continue;
+        }
+        assert!(parsed.is_ok(), "not a JSON line: {line}");
+    }
+}
+
+#[test]
+fn asyncapi_prints_the_document_as_json_and_as_yaml() {
+    let out = payments(["asyncapi"]).output().expect("the program runs");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json = stdout
+        .lines()
+        .filter(|l| !l.starts_with("running 1 test") && !l.starts_with("test result"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(doc["asyncapi"], "3.0.0");
+    assert_eq!(doc["info"]["title"], "payments");
+    let out = payments(["asyncapi", "--yaml"])
+        .output()
+        .expect("the program runs");
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let yaml = stdout
+        .lines()
+        .filter(|l| !l.starts_with("running 1 test") && !l.starts_with("test result"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(yaml.contains("asyncapi: 3.0.0"), "{yaml}");
+    let from_yaml: serde_json::Value = serde_norway::from_str(&yaml).expect("YAML");
+    assert_eq!(from_yaml, doc);
+}

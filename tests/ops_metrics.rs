@@ -1,0 +1,349 @@
+//! Metrics and health, live: the app runs on a real nats-server, `ruststream::telemetry::serve`
+//! serves `/metrics`, `/healthz` and `/readyz`, and a real HTTP client (ureq) scrapes them.
+//! The counts after a known sequence of outcomes are exact; readiness turns false while the link
+//! is cut and while the app drains.
+
+mod nats_support;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use nats_support::*;
+use ruststream::telemetry::{self, Health};
+use ruststream::{Context, Handle, HandlerOutcome};
+use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker};
+use ruststream_test_server::client::{stream_messages, wait_until};
+use ruststream_test_server::proxy::Proxy;
+use tokio::sync::Semaphore;
+
+/// `GET http://addr/path` with a real HTTP client: the status and the body.
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let url = format!("http://{addr}{path}");
+    tokio::task::spawn_blocking(move || match ureq::get(&url).call() {
+        Ok(response) => {
+            let status = response.status();
+            (status, response.into_string().expect("a text body"))
+        }
+        Err(ureq::Error::Status(status, response)) => {
+            (status, response.into_string().expect("a text body"))
+        }
+        Err(err) => panic!("GET {url} failed: {err}"),
+    })
+    .await
+    .expect("the HTTP client's thread")
+}
+
+/// The samples of the Prometheus text: `name{labels}` (labels sorted) → value.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').expect("`series value`");
+        let key = match series.split_once('{') {
+            Some((name, labels)) => {
+                let mut labels: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
+                labels.sort_unstable();
+                format!("{name}{{{}}}", labels.join(","))
+            }
+            None => series.to_owned(),
+        };
+        out.insert(key, value.parse().expect("a number"));
+    }
+    out
+}
+
+/// Serves the operations endpoints of a new [`Health`] on a free port.
+async fn operations() -> (Health, telemetry::Server) {
+    let health = Health::new();
+    let render = telemetry::install_prometheus().expect("the Prometheus recorder installs");
+    let server = telemetry::serve(
+        "127.0.0.1:0".parse().expect("an address"),
+        health.clone(),
+        Some(render),
+    )
+    .await
+    .expect("the operations server binds");
+    (health, server)
+}
+
+#[tokio::test]
+async fn the_metrics_count_exactly_what_the_handlers_said() {
+    eprintln!("running against {}", NatsServer::version());
+    let (server, client, js) = jetstream_server().await;
+    let (health, ops) = operations().await;
+    let addr = ops.local_addr();
+    // JetStream: orders 1-3 acked, 4 dropped, 5 retried once then acked, 6 retried until the
+    // cap of 2 and dead-lettered.
+    let jetstream = Scripted::new(|seen| {
+        Some(match seen.id {
+            4 => HandlerOutcome::drop(),
+            5 if seen.delivered == Some(1) => HandlerOutcome::retry(),
+            6 => HandlerOutcome::retry(),
+            _ => HandlerOutcome::ack(),
+        })
+    });
+    // Core: order 10 acked, 11 retried once (a retry copy) then acked.
+    let core = Scripted::new(|seen| {
+        Some(if seen.id == 11 && seen.attempt == 1 {
+            HandlerOutcome::retry()
+        } else {
+            HandlerOutcome::ack()
+        })
+    });
+    let env = ruststream::Env::new().with(health.clone());
+    let running = start_with(NatsBroker::new(server.url()), env, |b| {
+        b.include(
+            JetStreamSubject::new("orders.created", STREAM)
+                .durable("metered")
+                .handler(jetstream.clone()),
+        )
+        .name("ops_js")
+        .max_attempts(attempts(2))
+        .dead_letter("orders.dead");
+        b.include(CoreSubject::new("audit.events").handler(core.clone()))
+            .name("ops_core")
+            .max_attempts(attempts(3));
+    })
+    .await
+    .expect("the app starts");
+    assert_eq!(get(addr, "/healthz").await, (200, "ok\n".to_owned()));
+    assert_eq!(get(addr, "/readyz").await, (200, "ready\n".to_owned()));
+
+    for id in 1..=6 {
+        publish_stored(&js, "orders.created", order(id)).await;
+    }
+    publish_core(&client, "audit.events", &[], &order(10)).await;
+    publish_core(&client, "audit.events", &[], &order(11)).await;
+    // What the server saw: everything up to sequence 6 settled; the dead letter stored.
+    // (8 deliveries: orders 5 and 6 came twice.)
+    consumer_until(&js, STREAM, "metered", "every delivery settled", |i| {
+        i.num_ack_pending == 0
+            && i.delivered.consumer_sequence == 8
+            && i.ack_floor.consumer_sequence == 8
+    })
+    .await;
+    let dead = eventually(PATIENCE, "the dead letter is stored", || async {
+        let dead: Vec<_> = stream_messages(&js, STREAM)
+            .await
+            .into_iter()
+            .filter(|m| m.subject.as_str() == "orders.dead")
+            .collect();
+        (!dead.is_empty()).then_some(dead)
+    })
+    .await;
+    assert_eq!(dead.len(), 1);
+    core.until_seen(3).await;
+    // Settled means recorded: the metrics are counted before the acknowledgement is sent.
+    let text = eventually(PATIENCE, "the Core ack is counted", || async {
+        let (status, text) = get(addr, "/metrics").await;
+        assert_eq!(status, 200);
+        let acked = samples(&text)
+            .get(r#"ruststream_deliveries_total{handler="ops_core",outcome="ack"}"#)
+            .copied();
+        (acked == Some(2.0)).then_some(text)
+    })
+    .await;
+    let s = samples(&text);
+    let at = |key: &str| {
+        s.get(key)
+            .copied()
+            .unwrap_or_else(|| panic!("no `{key}` in\n{text}"))
+    };
+    let deliveries = |handler: &str, outcome: &str| {
+        at(&format!(
+            r#"ruststream_deliveries_total{{handler="{handler}",outcome="{outcome}"}}"#
+        ))
+    };
+    assert_eq!(deliveries("ops_js", "ack"), 4.0);
+    assert_eq!(deliveries("ops_js", "drop"), 1.0);
+    assert_eq!(deliveries("ops_js", "retry"), 3.0);
+    assert_eq!(deliveries("ops_js", "panicked"), 0.0);
+    assert_eq!(deliveries("ops_core", "ack"), 2.0);
+    assert_eq!(deliveries("ops_core", "retry"), 1.0);
+    assert_eq!(
+        at(r#"ruststream_handler_duration_seconds_count{handler="ops_js"}"#),
+        8.0
+    );
+    assert_eq!(
+        at(r#"ruststream_handler_duration_seconds_count{handler="ops_core"}"#),
+        3.0
+    );
+    assert_eq!(at(r#"ruststream_in_flight{handler="ops_js"}"#), 0.0);
+    assert_eq!(
+        at(r#"ruststream_dead_letters_total{handler="ops_js"}"#),
+        1.0
+    );
+    assert_eq!(
+        at(r#"ruststream_dead_letters_total{handler="ops_core"}"#),
+        0.0
+    );
+    assert_eq!(
+        at(r#"ruststream_retry_copies_total{handler="ops_core"}"#),
+        1.0
+    );
+    assert_eq!(
+        at(r#"ruststream_retry_copies_total{handler="ops_js"}"#),
+        0.0
+    );
+    assert_eq!(
+        at(&format!(
+            r#"ruststream_connected{{broker="{}"}}"#,
+            server.url()
+        )),
+        1.0
+    );
+    // Publishes from outside a handler: one no stream stores (Core), one a stream confirms.
+    let published = |kind: &str| {
+        let kind = format!(r#"ruststream_published_total{{subject_kind="{kind}"}}"#);
+        async move {
+            samples(&get(addr, "/metrics").await.1)
+                .get(&kind)
+                .copied()
+                .unwrap_or(0.0)
+        }
+    };
+    let (core_before, stored_before) = (published("core").await, published("stored").await);
+    let nats = ruststream_nats::NatsClient::of(&running).expect("a NATS app");
+    nats.publish_to("audit.other", &order(20))
+        .await
+        .expect("published");
+    nats.publish_to("orders.audit", &order(21))
+        .await
+        .expect("stored");
+    assert_eq!(published("core").await, core_before + 1.0);
+    assert_eq!(published("stored").await, stored_before + 1.0);
+    assert!(
+        text.contains("# TYPE ruststream_handler_duration_seconds histogram"),
+        "a histogram, not a summary:\n{text}"
+    );
+    running.stop().await.expect("a clean stop");
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    assert_eq!(
+        get(addr, "/readyz").await,
+        (503, "not ready: draining\n".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn readiness_is_false_while_the_link_is_cut() {
+    eprintln!("running against {}", NatsServer::version());
+    let (server, _client, _js) = jetstream_server().await;
+    let proxy = Proxy::start(server.port());
+    let (health, ops) = operations().await;
+    let addr = ops.local_addr();
+    assert_eq!(
+        get(addr, "/readyz").await,
+        (
+            503,
+            "not ready: starting: not every registration consumes yet\n".to_owned()
+        )
+    );
+    let handler = Scripted::always(HandlerOutcome::ack());
+    let env = ruststream::Env::new().with(health.clone());
+    let running = start_with(NatsBroker::new(proxy.url()), env, |b| {
+        b.include(created("cut").handler(handler.clone()))
+            .name("ops_cut");
+    })
+    .await
+    .expect("the app starts");
+    assert_eq!(get(addr, "/readyz").await.0, 200);
+
+    proxy.cut();
+    let body = eventually(PATIENCE, "/readyz answers 503", || async {
+        let (status, body) = get(addr, "/readyz").await;
+        (status == 503).then_some(body)
+    })
+    .await;
+    assert_eq!(body, "not ready: disconnected from the broker\n");
+    // Alive all along: only readiness follows the link.
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    proxy.heal();
+    eventually(PATIENCE, "/readyz answers 200 again", || async {
+        (get(addr, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    running.stop().await.expect("a clean stop");
+}
+
+/// A handler that records how many deliveries it took, and answers each once a permit is
+/// added.
+#[derive(Clone)]
+struct Gate {
+    taken: Arc<AtomicUsize>,
+    permits: Arc<Semaphore>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self {
+            taken: Arc::default(),
+            permits: Arc::new(Semaphore::new(0)),
+        }
+    }
+}
+
+impl Handle<Order> for Gate {
+    async fn handle(
+        &self,
+        _order: &Order,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        self.taken.fetch_add(1, Ordering::SeqCst);
+        let permit = self.permits.acquire().await.expect("never closed");
+        permit.forget();
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn readiness_is_false_while_the_app_drains() {
+    eprintln!("running against {}", NatsServer::version());
+    let (server, _client, js) = jetstream_server().await;
+    let (health, ops) = operations().await;
+    let addr = ops.local_addr();
+    let gate = Gate::default();
+    let env = ruststream::Env::new().with(health.clone());
+    let running = start_with(NatsBroker::new(server.url()), env, |b| {
+        b.include(
+            JetStreamSubject::new("orders.created", STREAM)
+                .durable("draining")
+                .handler(gate.clone()),
+        )
+        .name("ops_drain");
+    })
+    .await
+    .expect("the app starts");
+    assert_eq!(get(addr, "/readyz").await.0, 200);
+    publish_stored(&js, "orders.created", order(1)).await;
+    wait_until(PATIENCE, "the handler takes the order", || {
+        gate.taken.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let in_flight = samples(&get(addr, "/metrics").await.1)
+        .get(r#"ruststream_in_flight{handler="ops_drain"}"#)
+        .copied();
+    assert_eq!(in_flight, Some(1.0));
+
+    let stopping = tokio::spawn(running.stop());
+    let body = eventually(PATIENCE, "/readyz answers 503", || async {
+        let (status, body) = get(addr, "/readyz").await;
+        (status == 503).then_some(body)
+    })
+    .await;
+    assert_eq!(body, "not ready: draining\n");
+    assert!(!stopping.is_finished(), "the drain waits for the handler");
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    gate.permits.add_permits(1);
+    stopping
+        .await
+        .expect("the stop task")
+        .expect("a clean stop");
+    // The handler finished inside the drain and its acknowledgement reached the server.
+    until_settled(&js, "draining", 1, "the acknowledgement sent in the drain").await;
+    assert_eq!(get(addr, "/readyz").await.0, 503);
+}
