@@ -272,7 +272,8 @@ async fn credentials_that_expire_while_running_are_reported() {
 }
 
 /// A user removed from the server's configuration while the app runs (the server restarted
-/// with the new configuration): the reconnect is refused, and an error log names the broker.
+/// with the new configuration): the reconnect is refused, an error log names the broker, and
+/// the app's readiness turns false.
 #[tokio::test]
 async fn a_revoked_user_is_reported_while_running() {
     let captured = capture();
@@ -284,12 +285,15 @@ async fn a_revoked_user_is_reported_while_running() {
     )
     .expect("the configuration");
     let mut server = NatsServer::builder().config_file(&config).start();
+    let health = ruststream::telemetry::Health::new();
     let app = nats_support::start_with(
         NatsBroker::new(format!(
             "nats://bob:bob-Secret-1@127.0.0.1:{}",
             server.port()
         )),
-        ruststream::Env::new().with_drain_timeout(Duration::from_millis(200)),
+        ruststream::Env::new()
+            .with_drain_timeout(Duration::from_millis(200))
+            .with(health.clone()),
         |b| {
             b.include(
                 CoreSubject::new("notices.sent").handler(Scripted::always(HandlerOutcome::ack())),
@@ -298,6 +302,7 @@ async fn a_revoked_user_is_reported_while_running() {
     )
     .await
     .expect("the app starts");
+    assert_eq!(health.readiness(), Ok(()), "ready once connected");
 
     std::fs::write(
         &config,
@@ -312,8 +317,12 @@ async fn a_revoked_user_is_reported_while_running() {
     })
     .await;
     assert!(lines[0].contains("authorization violation"), "{}", lines[0]);
-    // Stopping on a connection the server refuses waits for the drain timeout (the subscription
-    // cannot be drained): the short one set above.
+    // The readiness signal (`/readyz`) follows: not ready while the server refuses the app.
+    eventually(PATIENCE, "readiness turns false", || {
+        let ready = health.is_ready();
+        async move { (!ready).then_some(()) }
+    })
+    .await;
     // Stopping on a connection the server refuses waits for the drain timeout (the subscription
     // cannot be drained): a short one, set above.
     let _ = app.stop().await;
