@@ -1,20 +1,33 @@
 //! The cases of Watermill's universal pub/sub tests that apply to a RustStream registration,
-//! live: consumer groups, topic isolation, continue after close, concurrent close, continue
-//! after errors. (Publish-subscribe, resend on error and no-ack blocking are
-//! `nats_settlement`'s and `nats_retries`'s; reconnect under load is `recovery_reconnect`.)
+//! each body run twice: in process (the in-process NATS, `TestApp`, paused clock) and live (a
+//! real nats-server, real clock), with the same assertions on what the server (or the
+//! emulation) reports. Publish-subscribe, resend on error, no-ack blocking, consumer groups,
+//! topic isolation, continue after close, concurrent close, continue after errors.
+//! (`nats_settlement` proves the same settlements live, row by row.)
 //!
-//! `RUSTSTREAM_UNIVERSAL_STRESS=N` runs each body N times in parallel (each with its own server).
+//! Not here, because the emulation cannot express them: reconnect under load
+//! (`recovery_reconnect`, live only) needs a connection to cut, and the in-process NATS has none;
+//! a server-side pull request a stopped instance leaves behind (the reason [`closing`] has a short
+//! `ack_wait`) exists only on a real server, so in process a stopped instance takes nothing more.
+//!
+//! `RUSTSTREAM_UNIVERSAL_STRESS=N` runs each body N times in parallel (each with its own server
+//! or emulation): `RUSTSTREAM_UNIVERSAL_STRESS=4 cargo test --test recovery_universal`.
 
 mod nats_support;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
 
+use async_nats::jetstream;
 use futures::future::join_all;
 use nats_support::*;
-use ruststream::HandlerOutcome;
-use ruststream_nats::{CoreSubject, JetStreamSubject};
-use ruststream_test_server::client::eventually;
+use ruststream::{AppInfo, HandlerOutcome, Headers, RustStream, Scope};
+use ruststream_nats::testing::{ConsumerFacts, InProcessNats, TestApp};
+use ruststream_nats::transport::{StreamSpec, Transport as _};
+use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker};
 
 const N: u64 = 200;
 
@@ -29,6 +42,155 @@ fn parallel() -> usize {
 
 async fn stressed<F: Future<Output = ()>>(body: impl Fn() -> F) {
     join_all((0..parallel()).map(|_| body())).await;
+}
+
+/// Runs each body in process (paused clock) and live (real server, real clock), stressed.
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod in_process {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $name() {
+                    super::stressed(|| super::$name(false)).await;
+                }
+            )*
+        }
+        mod live {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::stressed(|| super::$name(true)).await;
+                }
+            )*
+        }
+    };
+}
+
+both!(
+    publish_subscribe_every_message_is_handled_once,
+    resend_on_error_a_retry_is_delivered_again_and_handled,
+    no_ack_blocking_an_unsettled_message_holds_the_next_until_ack_wait,
+    consumer_groups_two_instances_on_one_durable_share_the_messages,
+    topic_isolation_each_registration_gets_only_its_subject,
+    continue_after_close_a_new_instance_handles_the_rest,
+    concurrent_close_of_two_instances_loses_nothing,
+    continue_after_errors_failures_do_not_stop_the_others,
+);
+
+/// A server whose [`STREAM`] stores `orders.>`: the emulation, or a real one.
+#[allow(clippy::large_enum_variant)] // one per test
+enum Server {
+    InProcess(InProcessNats),
+    Live {
+        server: NatsServer,
+        client: async_nats::Client,
+        js: jetstream::Context,
+    },
+}
+
+/// An app running on a [`Server`].
+enum Running {
+    InProcess(TestApp),
+    Live(ruststream::RunningApp),
+}
+
+impl Running {
+    async fn stop(self) {
+        match self {
+            Self::InProcess(t) => t.shutdown().await.expect("a clean stop"),
+            Self::Live(running) => running.stop().await.expect("a clean stop"),
+        }
+    }
+}
+
+impl Server {
+    async fn new(live: bool) -> Self {
+        if live {
+            let (server, client, js) = jetstream_server().await;
+            Self::Live { server, client, js }
+        } else {
+            let nats = InProcessNats::new();
+            nats.declare_stream(StreamSpec {
+                name: STREAM.into(),
+                subjects: vec!["orders.>".into()],
+            })
+            .await
+            .expect("declared");
+            Self::InProcess(nats)
+        }
+    }
+
+    /// An app with the registrations `mount` makes, started on this server.
+    async fn start(&self, mount: impl FnOnce(&mut Scope<()>)) -> Running {
+        match self {
+            Self::InProcess(nats) => {
+                let app = RustStream::new(AppInfo::new("universal", "0.1.0"))
+                    .with_broker(NatsBroker::new("nats://in-process.invalid:4222"), mount);
+                Running::InProcess(
+                    TestApp::start_on(app, nats.clone())
+                        .await
+                        .expect("the app starts"),
+                )
+            }
+            Self::Live { server, .. } => Running::Live(start_on(server, mount).await),
+        }
+    }
+
+    /// Publishes `{"id": n}` for each of `ids` to `subject`, stored by [`STREAM`].
+    async fn publish_n(&self, subject: &str, ids: std::ops::RangeInclusive<u64>) {
+        for id in ids {
+            match self {
+                Self::InProcess(nats) => {
+                    nats.publish_stored(Arc::from(subject), Headers::new(), order(id).into())
+                        .await
+                        .expect("stored");
+                }
+                Self::Live { js, .. } => {
+                    publish_stored(js, subject, order(id)).await;
+                }
+            }
+        }
+    }
+
+    /// Publishes `{"id": id}` to `subject` on Core (no stream stores it).
+    async fn publish_core(&self, subject: &str, id: u64) {
+        match self {
+            Self::InProcess(nats) => {
+                nats.publish(Arc::from(subject), Headers::new(), order(id).into())
+                    .await
+                    .expect("published");
+            }
+            Self::Live { client, .. } => publish_core(client, subject, &[], order(id)).await,
+        }
+    }
+
+    /// Consumer `durable` of [`STREAM`], as the server reports it.
+    async fn consumer(&self, durable: &str) -> ConsumerFacts {
+        match self {
+            Self::InProcess(nats) => nats.consumer_info(STREAM, durable).expect("the consumer"),
+            Self::Live { js, .. } => ConsumerFacts::from(&consumer_info(js, STREAM, durable).await),
+        }
+    }
+
+    /// Waits until consumer `durable` delivered everything up to stream sequence `seq` and
+    /// nothing waits for a settlement (live: the ack floor is at `seq`), and returns its counters.
+    async fn until_settled(&self, durable: &str, seq: u64, what: &str) -> ConsumerFacts {
+        match self {
+            Self::InProcess(_) => {
+                eventually(PATIENCE, what, || async {
+                    let facts = self.consumer(durable).await;
+                    (facts.ack_pending == 0 && facts.delivered_stream == seq && facts.pending == 0)
+                        .then_some(facts)
+                })
+                .await
+            }
+            Self::Live { js, .. } => {
+                let info = until_settled(js, durable, seq, what).await;
+                assert_eq!(info.num_pending, 0, "{what}: nothing left to deliver");
+                ConsumerFacts::from(&info)
+            }
+        }
+    }
 }
 
 fn counts(handlers: &[&Scripted]) -> BTreeMap<u64, usize> {
@@ -48,53 +210,138 @@ fn closing(name: &str) -> JetStreamSubject {
     created(name).ack_wait(millis(1_000))
 }
 
-async fn publish_n(
-    js: &async_nats::jetstream::Context,
-    subject: &str,
-    ids: std::ops::RangeInclusive<u64>,
-) {
-    for id in ids {
-        publish_stored(js, subject, order(id)).await;
-    }
+fn all_once(counts: &BTreeMap<u64, usize>, n: u64) {
+    assert_eq!(
+        counts.len(),
+        usize::try_from(n).expect("small"),
+        "{counts:?}"
+    );
+    assert!(counts.values().all(|&n| n == 1), "each once: {counts:?}");
 }
 
-#[tokio::test]
-async fn consumer_groups_two_instances_on_one_durable_share_the_messages() {
-    stressed(|| async {
-        let (server, _client, js) = jetstream_server().await;
-        let (a, b) = (
-            Scripted::always(HandlerOutcome::ack()),
-            Scripted::always(HandlerOutcome::ack()),
-        );
-        let first = start_on(&server, |r| {
+async fn publish_subscribe_every_message_is_handled_once(live: bool) {
+    let server = Server::new(live).await;
+    let handler = Scripted::always(HandlerOutcome::ack());
+    let running = server
+        .start(|r| {
+            r.include(created("pubsub").handler(handler.clone()));
+        })
+        .await;
+    server.publish_n("orders.created", 1..=N).await;
+    let facts = server.until_settled("pubsub", N, "all settled").await;
+    assert_eq!(facts.delivered, N, "each delivered once");
+    assert_eq!(facts.redelivered, 0);
+    running.stop().await;
+    all_once(&counts(&[&handler]), N);
+}
+
+async fn resend_on_error_a_retry_is_delivered_again_and_handled(live: bool) {
+    let server = Server::new(live).await;
+    // The default ack_wait is 30 s: a redelivery within the test's patience is the -NAK's.
+    let handler = Scripted::first_then_ack(HandlerOutcome::retry());
+    let running = server
+        .start(|r| {
+            r.include(created("resend").handler(handler.clone()));
+        })
+        .await;
+    server.publish_n("orders.created", 1..=1).await;
+    let seen = handler.until_seen(2).await;
+    assert_eq!(seen[0].delivered, Some(1));
+    assert_eq!(seen[1].delivered, Some(2));
+    assert_eq!(seen[1].attempt, 2);
+    assert_eq!(seen[0].stream_sequence, Some(1));
+    assert_eq!(seen[1].stream_sequence, Some(1), "the same message");
+    let facts = server
+        .until_settled("resend", 1, "acknowledged after the retry")
+        .await;
+    assert_eq!(facts.delivered, 2, "delivered twice");
+    running.stop().await;
+    assert_eq!(handler.seen().len(), 2, "handled, not delivered again");
+}
+
+async fn no_ack_blocking_an_unsettled_message_holds_the_next_until_ack_wait(live: bool) {
+    let server = Server::new(live).await;
+    let ack_wait = Duration::from_millis(1_000);
+    // The first delivery of order 1 is not settled within ack_wait (the handler outlives it);
+    // every other delivery is acknowledged at once. Two handler slots: only the server's
+    // max_ack_pending of 1 can hold order 2 back.
+    let handler = Scripted::always(HandlerOutcome::ack()).slow_when(move |seen| {
+        if seen.id == 1 && seen.delivered == Some(1) {
+            ack_wait * 3
+        } else {
+            Duration::ZERO
+        }
+    });
+    let running = server
+        .start(|r| {
+            r.include(
+                created("blocking")
+                    .ack_wait(millis(1_000))
+                    .max_ack_pending(1)
+                    .handler(handler.clone()),
+            )
+            .concurrency(NonZeroUsize::new(2).expect("not zero"));
+        })
+        .await;
+    let published = tokio::time::Instant::now();
+    server.publish_n("orders.created", 1..=2).await;
+    handler.until_seen(1).await;
+    let facts = server.consumer("blocking").await;
+    assert_eq!(
+        (facts.delivered_stream, facts.ack_pending, facts.pending),
+        (1, 1, 1),
+        "order 2 waits on the server while order 1 is unsettled"
+    );
+    let seen = handler.until_seen(3).await;
+    assert!(
+        published.elapsed() >= ack_wait,
+        "order 2 came {:?} after the publish, before ack_wait",
+        published.elapsed()
+    );
+    let order: Vec<_> = seen.iter().map(|s| (s.id, s.delivered)).collect();
+    assert_eq!(
+        order[..3],
+        [(1, Some(1)), (1, Some(2)), (2, Some(1))],
+        "order 1 again after ack_wait, then order 2"
+    );
+    server
+        .until_settled("blocking", 2, "both acknowledged")
+        .await;
+    running.stop().await;
+}
+
+async fn consumer_groups_two_instances_on_one_durable_share_the_messages(live: bool) {
+    let server = Server::new(live).await;
+    let (a, b) = (
+        Scripted::always(HandlerOutcome::ack()),
+        Scripted::always(HandlerOutcome::ack()),
+    );
+    let first = server
+        .start(|r| {
             r.include(created("group").handler(a.clone()));
         })
         .await;
-        let second = start_on(&server, |r| {
+    let second = server
+        .start(|r| {
             r.include(created("group").handler(b.clone()));
         })
         .await;
-        publish_n(&js, "orders.created", 1..=N).await;
-        until_settled(&js, "group", N, "all settled").await;
-        let counts = counts(&[&a, &b]);
-        assert_eq!(counts.len(), usize::try_from(N).expect("small"));
-        assert!(counts.values().all(|&n| n == 1), "each once: {counts:?}");
-        first.stop().await.expect("a clean stop");
-        second.stop().await.expect("a clean stop");
-    })
-    .await;
+    server.publish_n("orders.created", 1..=N).await;
+    server.until_settled("group", N, "all settled").await;
+    all_once(&counts(&[&a, &b]), N);
+    first.stop().await;
+    second.stop().await;
 }
 
-#[tokio::test]
-async fn topic_isolation_each_registration_gets_only_its_subject() {
-    stressed(|| async {
-        let (server, client, js) = jetstream_server().await;
-        let (created_h, shipped_h, core_h) = (
-            Scripted::always(HandlerOutcome::ack()),
-            Scripted::always(HandlerOutcome::ack()),
-            Scripted::always(HandlerOutcome::ack()),
-        );
-        let running = start_on(&server, |r| {
+async fn topic_isolation_each_registration_gets_only_its_subject(live: bool) {
+    let server = Server::new(live).await;
+    let (created_h, shipped_h, core_h) = (
+        Scripted::always(HandlerOutcome::ack()),
+        Scripted::always(HandlerOutcome::ack()),
+        Scripted::always(HandlerOutcome::ack()),
+    );
+    let running = server
+        .start(|r| {
             r.include(created("created").handler(created_h.clone()))
                 .name("created");
             r.include(
@@ -107,118 +354,118 @@ async fn topic_isolation_each_registration_gets_only_its_subject() {
                 .name("alerts");
         })
         .await;
-        publish_n(&js, "orders.created", 1..=20).await;
-        publish_n(&js, "orders.shipped", 101..=120).await;
-        for id in 201..=220 {
-            publish_core(&client, "alerts.one", &[], order(id)).await;
-            publish_core(&client, "alerts.two", &[], order(id + 100)).await;
-        }
-        created_h.until_seen(20).await;
-        shipped_h.until_seen(20).await;
-        core_h.until_seen(20).await;
-        running.stop().await.expect("a clean stop");
-        assert!(created_h.seen().iter().all(|s| (1..=20).contains(&s.id)));
-        assert!(shipped_h.seen().iter().all(|s| (101..=120).contains(&s.id)));
-        assert!(core_h.seen().iter().all(|s| (201..=220).contains(&s.id)));
-        assert_eq!(core_h.seen().len(), 20);
-    })
-    .await;
+    server.publish_n("orders.created", 1..=20).await;
+    server.publish_n("orders.shipped", 101..=120).await;
+    for id in 201..=220 {
+        server.publish_core("alerts.one", id).await;
+        server.publish_core("alerts.two", id + 100).await;
+    }
+    created_h.until_seen(20).await;
+    shipped_h.until_seen(20).await;
+    core_h.until_seen(20).await;
+    // The stream holds 40 messages; each durable settled its own 20 and nothing else waits.
+    for durable in ["created", "shipped"] {
+        let facts = server.consumer(durable).await;
+        assert_eq!(facts.delivered, 20, "{durable}: its own messages only");
+        assert_eq!(facts.pending, 0, "{durable}: nothing left");
+    }
+    running.stop().await;
+    assert!(created_h.seen().iter().all(|s| (1..=20).contains(&s.id)));
+    assert!(shipped_h.seen().iter().all(|s| (101..=120).contains(&s.id)));
+    assert!(core_h.seen().iter().all(|s| (201..=220).contains(&s.id)));
+    assert_eq!(core_h.seen().len(), 20);
 }
 
-#[tokio::test]
-async fn continue_after_close_a_new_instance_handles_the_rest() {
-    stressed(|| async {
-        let (server, _client, js) = jetstream_server().await;
-        let before = Scripted::always(HandlerOutcome::ack());
-        let running = start_on(&server, |r| {
+async fn continue_after_close_a_new_instance_handles_the_rest(live: bool) {
+    let server = Server::new(live).await;
+    let before = Scripted::always(HandlerOutcome::ack());
+    let running = server
+        .start(|r| {
             r.include(closing("resume").handler(before.clone()));
         })
         .await;
-        publish_n(&js, "orders.created", 1..=N / 2).await;
-        before.until_seen(10).await;
-        running.stop().await.expect("a clean stop");
+    server.publish_n("orders.created", 1..=N / 2).await;
+    before.until_seen(10).await;
+    running.stop().await;
 
-        publish_n(&js, "orders.created", N / 2 + 1..=N).await;
-        let after = Scripted::always(HandlerOutcome::ack());
-        let running = start_on(&server, |r| {
+    server.publish_n("orders.created", N / 2 + 1..=N).await;
+    let after = Scripted::always(HandlerOutcome::ack());
+    let running = server
+        .start(|r| {
             r.include(closing("resume").handler(after.clone()));
         })
         .await;
-        until_settled(&js, "resume", N, "all settled").await;
-        running.stop().await.expect("a clean stop");
-        let counts = counts(&[&before, &after]);
-        assert_eq!(counts.len(), usize::try_from(N).expect("small"));
-        // A clean stop settles or releases what it took: nothing is handled twice.
-        assert!(counts.values().all(|&n| n == 1), "{counts:?}");
-    })
-    .await;
+    server.until_settled("resume", N, "all settled").await;
+    running.stop().await;
+    // A clean stop settles or releases what it took: nothing is handled twice.
+    all_once(&counts(&[&before, &after]), N);
 }
 
-#[tokio::test]
-async fn concurrent_close_of_two_instances_loses_nothing() {
-    stressed(|| async {
-        let (server, _client, js) = jetstream_server().await;
-        let (a, b) = (
-            Scripted::always(HandlerOutcome::ack()).slow(std::time::Duration::from_millis(2)),
-            Scripted::always(HandlerOutcome::ack()).slow(std::time::Duration::from_millis(2)),
-        );
-        let first = start_on(&server, |r| {
+async fn concurrent_close_of_two_instances_loses_nothing(live: bool) {
+    let server = Server::new(live).await;
+    let (a, b) = (
+        Scripted::always(HandlerOutcome::ack()).slow(Duration::from_millis(2)),
+        Scripted::always(HandlerOutcome::ack()).slow(Duration::from_millis(2)),
+    );
+    let first = server
+        .start(|r| {
             r.include(closing("closing").handler(a.clone()));
         })
         .await;
-        let second = start_on(&server, |r| {
+    let second = server
+        .start(|r| {
             r.include(closing("closing").handler(b.clone()));
         })
         .await;
-        publish_n(&js, "orders.created", 1..=N).await;
-        eventually(PATIENCE, "both under way", || async {
-            (a.seen().len() + b.seen().len() >= 20).then_some(())
-        })
-        .await;
-        let (x, y) = tokio::join!(first.stop(), second.stop());
-        x.expect("a clean stop");
-        y.expect("a clean stop");
+    server.publish_n("orders.created", 1..=N).await;
+    eventually(PATIENCE, "both under way", || async {
+        (a.seen().len() + b.seen().len() >= 20).then_some(())
+    })
+    .await;
+    tokio::join!(first.stop(), second.stop());
 
-        let rest = Scripted::always(HandlerOutcome::ack());
-        let running = start_on(&server, |r| {
+    let rest = Scripted::always(HandlerOutcome::ack());
+    let running = server
+        .start(|r| {
             r.include(closing("closing").handler(rest.clone()));
         })
         .await;
-        until_settled(&js, "closing", N, "all settled").await;
-        running.stop().await.expect("a clean stop");
-        let counts = counts(&[&a, &b, &rest]);
-        assert_eq!(counts.len(), usize::try_from(N).expect("small"));
-    })
-    .await;
+    server.until_settled("closing", N, "all settled").await;
+    running.stop().await;
+    let counts = counts(&[&a, &b, &rest]);
+    assert_eq!(counts.len(), usize::try_from(N).expect("small"));
 }
 
-#[tokio::test]
-async fn continue_after_errors_failures_do_not_stop_the_others() {
-    stressed(|| async {
-        let (server, _client, js) = jetstream_server().await;
-        // Every third order fails on its first delivery (a retry; a panic for every ninth).
-        let handler = Scripted::new(|seen| {
-            if seen.id % 3 == 0 && seen.delivered == Some(1) {
-                if seen.id % 9 == 0 {
-                    None
-                } else {
-                    Some(HandlerOutcome::retry())
-                }
+async fn continue_after_errors_failures_do_not_stop_the_others(live: bool) {
+    let server = Server::new(live).await;
+    // Every third order fails on its first delivery (a retry; a panic for every ninth).
+    let handler = Scripted::new(|seen| {
+        if seen.id % 3 == 0 && seen.delivered == Some(1) {
+            if seen.id % 9 == 0 {
+                None
             } else {
-                Some(HandlerOutcome::ack())
+                Some(HandlerOutcome::retry())
             }
-        });
-        let running = start_on(&server, |r| {
+        } else {
+            Some(HandlerOutcome::ack())
+        }
+    });
+    let running = server
+        .start(|r| {
             r.include(created("errors").handler(handler.clone()));
         })
         .await;
-        publish_n(&js, "orders.created", 1..=N).await;
-        until_settled(&js, "errors", N, "all settled").await;
-        running.stop().await.expect("a clean stop");
-        let counts = counts(&[&handler]);
-        for (id, n) in counts {
-            assert_eq!(n, if id % 3 == 0 { 2 } else { 1 }, "order {id}");
-        }
-    })
-    .await;
+    server.publish_n("orders.created", 1..=N).await;
+    let facts = server.until_settled("errors", N, "all settled").await;
+    assert_eq!(
+        facts.delivered,
+        N + N / 3,
+        "each failure delivered once more"
+    );
+    running.stop().await;
+    let counts = counts(&[&handler]);
+    assert_eq!(counts.len(), usize::try_from(N).expect("small"));
+    for (id, n) in counts {
+        assert_eq!(n, if id % 3 == 0 { 2 } else { 1 }, "order {id}");
+    }
 }
