@@ -150,13 +150,17 @@ async fn a_typed_request_from_outside_and_inside_a_handler() {
     let mut echo = client.subscribe("math.echo").await.expect("subscribed");
     let responder = client.clone();
     tokio::spawn(async move {
-        if let Some(m) = echo.next().await
-            && let Some(reply) = m.reply
-        {
-            let _ = responder.publish(reply, "not json".into()).await;
+        while let Some(m) = echo.next().await {
+            if let Some(reply) = m.reply {
+                let _ = responder.publish(reply, "not json".into()).await;
+            }
         }
     });
-    client.flush().await.expect("flushed");
+    // The responder answers before the typed request asks (its subscription is on the server).
+    client
+        .request("math.echo", "probe".into())
+        .await
+        .expect("the echo responder answers");
     let err = nats
         .request::<_, Doubled>("math.echo", &Number { value: 1 }, Duration::from_secs(5))
         .await
