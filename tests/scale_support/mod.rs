@@ -122,7 +122,7 @@ pub async fn until_drained(
         stream,
         durable,
         &format!("everything acknowledged up to {last}"),
-        |i| i.num_pending == 0 && i.num_ack_pending == 0 && i.ack_floor.stream_sequence == last,
+        |i| i.num_pending == 0 && i.num_ack_pending == 0 && i.ack_floor.stream_sequence >= last,
     )
     .await
 }
