@@ -1,20 +1,28 @@
 //! How payloads become values and values become payloads. JSON unless told otherwise.
 
+use std::fmt;
+
 use bytes::Bytes;
 use serde::Serialize;
+
+use crate::error::BoxError;
 use serde::de::DeserializeOwned;
 
 /// A payload that did not decode into the handler's type.
-#[derive(Debug, thiserror::Error)]
-#[error("the payload does not decode as {target}: {reason}")]
+///
+/// Its `Display` ends with the format's own error (kept typed: [`DecodeError::cause`]), and
+/// `source()` continues after it, as every error of the runtime does (see
+/// [`Error`](crate::Error)).
+#[derive(Debug)]
 pub struct DecodeError {
     target: &'static str,
-    reason: String,
+    reason: BoxError,
 }
 
 impl DecodeError {
-    /// A decode error for the type named `target`.
-    pub fn new(target: &'static str, reason: impl Into<String>) -> Self {
+    /// A decode error for the type named `target`, because of `reason` (the format's error, or
+    /// a sentence).
+    pub fn new(target: &'static str, reason: impl Into<BoxError>) -> Self {
         Self {
             target,
             reason: reason.into(),
@@ -25,17 +33,54 @@ impl DecodeError {
     pub fn target(&self) -> &'static str {
         self.target
     }
+
+    /// Why it did not decode: the format's error, to downcast.
+    pub fn cause(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.reason
+    }
 }
 
-/// A value that could not be encoded.
-#[derive(Debug, thiserror::Error)]
-#[error("the value does not encode: {0}")]
-pub struct EncodeError(String);
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the payload does not decode as {}: {}",
+            self.target, self.reason
+        )
+    }
+}
+
+impl std::error::Error for DecodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.reason.source()
+    }
+}
+
+/// A value that could not be encoded; `Display` and `source()` as [`DecodeError`]'s.
+#[derive(Debug)]
+pub struct EncodeError(BoxError);
 
 impl EncodeError {
-    /// An encode error with a reason.
-    pub fn new(reason: impl Into<String>) -> Self {
+    /// An encode error because of `reason` (the format's error, or a sentence).
+    pub fn new(reason: impl Into<BoxError>) -> Self {
         Self(reason.into())
+    }
+
+    /// Why it did not encode: the format's error, to downcast.
+    pub fn cause(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the value does not encode: {}", self.0)
+    }
+}
+
+impl std::error::Error for EncodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
     }
 }
 
@@ -48,7 +93,7 @@ impl EncodeError {
 /// let back: Vec<u8> = Json.decode(&bytes).unwrap();
 /// assert_eq!(back, [1, 2, 3]);
 /// ```
-pub trait Codec: Send + Sync + 'static {
+pub trait Codec {
     /// The payload as a `T`.
     fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, DecodeError>;
     /// `value` as a payload.
@@ -63,14 +108,13 @@ pub struct Json;
 
 impl Codec for Json {
     fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
-        serde_json::from_slice(bytes)
-            .map_err(|e| DecodeError::new(std::any::type_name::<T>(), e.to_string()))
+        serde_json::from_slice(bytes).map_err(|e| DecodeError::new(std::any::type_name::<T>(), e))
     }
 
     fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Bytes, EncodeError> {
         serde_json::to_vec(value)
             .map(Bytes::from)
-            .map_err(|e| EncodeError::new(e.to_string()))
+            .map_err(EncodeError::new)
     }
 
     fn content_type(&self) -> &'static str {
@@ -87,14 +131,13 @@ pub struct MessagePack;
 #[cfg(feature = "msgpack")]
 impl Codec for MessagePack {
     fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
-        rmp_serde::from_slice(bytes)
-            .map_err(|e| DecodeError::new(std::any::type_name::<T>(), e.to_string()))
+        rmp_serde::from_slice(bytes).map_err(|e| DecodeError::new(std::any::type_name::<T>(), e))
     }
 
     fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Bytes, EncodeError> {
         rmp_serde::to_vec_named(value)
             .map(Bytes::from)
-            .map_err(|e| EncodeError::new(e.to_string()))
+            .map_err(EncodeError::new)
     }
 
     fn content_type(&self) -> &'static str {
@@ -110,15 +153,14 @@ pub struct Cbor;
 #[cfg(feature = "cbor")]
 impl Codec for Cbor {
     fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
-        ciborium::from_reader(bytes)
-            .map_err(|e| DecodeError::new(std::any::type_name::<T>(), e.to_string()))
+        ciborium::from_reader(bytes).map_err(|e| DecodeError::new(std::any::type_name::<T>(), e))
     }
 
     fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Bytes, EncodeError> {
         let mut out = Vec::new();
         ciborium::into_writer(value, &mut out)
             .map(|()| Bytes::from(out))
-            .map_err(|e| EncodeError::new(e.to_string()))
+            .map_err(EncodeError::new)
     }
 
     fn content_type(&self) -> &'static str {

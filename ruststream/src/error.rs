@@ -1,4 +1,10 @@
 //! The errors of the runtime: one type per operation, each with a `kind()` to match on.
+//!
+//! One style for all of them (the second of the two the Rust API guidelines allow): `Display`
+//! says what happened and, after `: `, the immediate cause; [`source`](StdError::source) then
+//! continues the chain *after* that cause, so a report that walks the chain prints every layer
+//! once. The cause itself is kept typed, never flattened to a string: `cause()` returns it, to
+//! downcast.
 
 use std::error::Error as StdError;
 use std::fmt;
@@ -54,6 +60,11 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         self.kind
     }
+
+    /// The lower-level error that caused this one (printed after the message), to downcast.
+    pub fn cause(&self) -> Option<&(dyn StdError + Send + Sync + 'static)> {
+        self.source.as_deref()
+    }
 }
 
 impl fmt::Display for Error {
@@ -66,31 +77,71 @@ impl fmt::Display for Error {
     }
 }
 
+/// The cause's own source: the cause is printed by `Display` already.
+///
+/// ```
+/// use std::error::Error as _;
+/// use ruststream::{Error, ErrorKind};
+///
+/// let err = Error::new(ErrorKind::Startup, "the startup hook failed")
+///     .with_source(std::io::Error::other("the database is down"));
+/// assert_eq!(err.to_string(), "the startup hook failed: the database is down");
+/// assert!(err.source().is_none(), "the cause is printed once");
+/// assert!(err.cause().is_some_and(|cause| cause.is::<std::io::Error>()));
+/// ```
 impl StdError for Error {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn StdError + 'static))
+        next_source(self.source.as_ref())
     }
 }
 
+/// The source after `cause` in a chain whose `Display` printed `cause`.
+fn next_source(cause: Option<&BoxError>) -> Option<&(dyn StdError + 'static)> {
+    cause?.source()
+}
+
 /// Settling a delivery failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum AckError {
     /// The delivery model settles nothing: Core NATS keeps no message and takes no
     /// acknowledgement.
-    #[error("this delivery cannot be settled: the subscription's model acknowledges nothing")]
     Unsupported,
-    /// The acknowledgement could not be sent, or the server did not confirm it.
-    #[error("the acknowledgement was not delivered to the server")]
-    Failed(#[source] BoxError),
+    /// The acknowledgement could not be sent, or the server did not confirm it; the cause is
+    /// printed after the message, and kept to downcast.
+    Failed(BoxError),
+}
+
+impl fmt::Display for AckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unsupported => f.write_str(
+                "this delivery cannot be settled: the subscription's model acknowledges nothing",
+            ),
+            Self::Failed(cause) => {
+                write!(
+                    f,
+                    "the acknowledgement was not delivered to the server: {cause}"
+                )
+            }
+        }
+    }
+}
+
+/// The cause's own source: the cause is printed by `Display` already.
+impl StdError for AckError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            Self::Unsupported => None,
+            Self::Failed(cause) => next_source(Some(cause)),
+        }
+    }
 }
 
 /// Publishing a message failed.
 ///
 /// Its `Display` says the subject, the kind and the cause, for example: publishing to
-/// `receipts.7` failed (NotStored): stream `RECEIPTS` refused the message: maximum messages
+/// `receipts.7` failed (not stored): stream `RECEIPTS` refused the message: maximum messages
 /// exceeded.
 #[derive(Debug)]
 pub struct PublishError {
@@ -101,11 +152,7 @@ pub struct PublishError {
 
 impl fmt::Display for PublishError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "publishing to `{}` failed ({:?})",
-            self.subject, self.kind
-        )?;
+        write!(f, "publishing to `{}` failed ({})", self.subject, self.kind)?;
         if let Some(source) = &self.source {
             write!(f, ": {source}")?;
         }
@@ -113,11 +160,26 @@ impl fmt::Display for PublishError {
     }
 }
 
+/// The cause's own source: the cause is printed by `Display` already.
 impl StdError for PublishError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn StdError + 'static))
+        next_source(self.source.as_ref())
+    }
+}
+
+impl fmt::Display for PublishErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Encode => "not encoded",
+            Self::Broker => "not taken by the broker",
+            Self::InvalidSubject => "invalid subject",
+            Self::NotStored => "not stored",
+            Self::Reserved => "reserved subject",
+            Self::NoResponders => "no responders",
+            Self::Timeout => "timed out",
+            Self::Decode => "response not decoded",
+            Self::Unsupported => "unsupported",
+        })
     }
 }
 
@@ -170,5 +232,10 @@ impl PublishError {
     /// The subject the message was meant for.
     pub fn subject(&self) -> &str {
         &self.subject
+    }
+
+    /// The lower-level cause (printed after the kind), to downcast.
+    pub fn cause(&self) -> Option<&(dyn StdError + Send + Sync + 'static)> {
+        self.source.as_deref()
     }
 }

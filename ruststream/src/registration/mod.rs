@@ -31,6 +31,6 @@ pub use self::descriptor::{DeliverPolicy, Descriptor, DescriptorInfo, PrefixedSu
 pub use self::endpoint::Endpoint;
 pub use self::info::{RegistrationInfo, policy_notes};
 pub use self::mount::{BatchMarker, Mount, SingleMarker, WithHandler};
-pub use self::policy::{OnFailure, Policy, UndecodablePolicy};
+pub use self::policy::{OnFailure, Policy};
 pub use self::schemas::{SchemaFn, Schemas, schema_of};
 pub use crate::handled::Handled;

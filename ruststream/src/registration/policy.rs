@@ -53,9 +53,6 @@ impl fmt::Display for OnFailure {
     }
 }
 
-/// What a payload that does not decode becomes (an [`OnFailure`]).
-pub type UndecodablePolicy = OnFailure;
-
 /// The mount site's policy for a registration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -69,7 +66,7 @@ pub struct Policy {
     /// How many deliveries are handled at once.
     pub concurrency: NonZeroUsize,
     /// What an undecodable payload becomes.
-    pub undecodable: UndecodablePolicy,
+    pub undecodable: OnFailure,
     /// How long the handler may run on one delivery (or batch) before it is cancelled and the
     /// delivery treated as `retry()`; `None`: as long as it takes.
     pub handler_timeout: Option<Duration>,
@@ -98,7 +95,7 @@ impl Default for Policy {
             dead_letter: None,
             retry_to: None,
             concurrency: NonZeroUsize::MIN,
-            undecodable: UndecodablePolicy::default(),
+            undecodable: OnFailure::DeadLetterOrDrop,
             handler_timeout: None,
             progress_until: None,
             confirm_acks: false,
