@@ -239,3 +239,79 @@ impl PublishError {
         self.source.as_deref()
     }
 }
+
+/// A payload that did not decode into the handler's type.
+///
+/// Its `Display` ends with the format's own error (kept typed: [`DecodeError::cause`]), and
+/// `source()` continues after it, as every error of the runtime does (see
+/// [`Error`]).
+#[derive(Debug)]
+pub struct DecodeError {
+    target: &'static str,
+    reason: BoxError,
+}
+
+impl DecodeError {
+    /// A decode error for the type named `target`, because of `reason` (the format's error, or
+    /// a sentence).
+    pub fn new(target: &'static str, reason: impl Into<BoxError>) -> Self {
+        Self {
+            target,
+            reason: reason.into(),
+        }
+    }
+
+    /// The type the payload was meant to become.
+    pub fn target(&self) -> &'static str {
+        self.target
+    }
+
+    /// Why it did not decode: the format's error, to downcast.
+    pub fn cause(&self) -> &(dyn StdError + Send + Sync + 'static) {
+        &*self.reason
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the payload does not decode as {}: {}",
+            self.target, self.reason
+        )
+    }
+}
+
+impl StdError for DecodeError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.reason.source()
+    }
+}
+
+/// A value that could not be encoded; `Display` and `source()` as [`DecodeError`]'s.
+#[derive(Debug)]
+pub struct EncodeError(BoxError);
+
+impl EncodeError {
+    /// An encode error because of `reason` (the format's error, or a sentence).
+    pub fn new(reason: impl Into<BoxError>) -> Self {
+        Self(reason.into())
+    }
+
+    /// Why it did not encode: the format's error, to downcast.
+    pub fn cause(&self) -> &(dyn StdError + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the value does not encode: {}", self.0)
+    }
+}
+
+impl StdError for EncodeError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source()
+    }
+}

@@ -1,10 +1,12 @@
 //! The app: its builder, its lifecycle, and the trait the generated `main` runs.
 //!
 //! `info.rs` ([`AppInfo`]) ← `lifecycle.rs` ([`RunningApp`]) ← this file ([`App`]) ←
-//! `builder.rs` ([`RustStream`], [`Scope`]) and `cli.rs` (the generated `main`).
+//! `builder.rs` ([`RustStream`], [`Scope`]) and `cli.rs` (the generated `main`), which prints
+//! `describe.rs`'s table.
 
 mod builder;
 pub mod cli;
+mod describe;
 mod info;
 mod lifecycle;
 

@@ -1,3 +1,6 @@
+//! Over 500 lines on purpose: one test per row of the seeds' tables, kept together so the file
+//! reads as the tables do.
+//!
 //! The settlement decision, row by row against the seeds' tables, then as properties.
 
 use std::fmt::Write as _;
