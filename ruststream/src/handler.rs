@@ -54,6 +54,22 @@ pub trait Handle<In: ?Sized, Outs = (), S = ()>: Send + Sync + 'static {
         outs: &Outs,
         ctx: &mut Context<'_>,
     ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send;
+
+    /// What the runtime calls: [`handle`](Self::handle), handed the app state as its type, so
+    /// an implementation that reads the state (as `#[subscriber]`'s may) need not look it up
+    /// in the context by type on every delivery. The default ignores `state` and calls
+    /// `handle`; a manual handler has no reason to override it.
+    #[doc(hidden)]
+    fn handle_with_state(
+        &self,
+        input: &In,
+        outs: &Outs,
+        state: &S,
+        ctx: &mut Context<'_>,
+    ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send {
+        let _ = state;
+        self.handle(input, outs, ctx)
+    }
 }
 
 /// What a batch handler says: one outcome for the whole batch, or one per message.
@@ -171,6 +187,20 @@ pub trait HandleBatch<In, Outs = (), S = ()>: Send + Sync + 'static {
         outs: &Outs,
         ctx: &mut BatchContext<'_>,
     ) -> impl Future<Output = BatchOutcome> + Send;
+
+    /// What the runtime calls: [`handle_batch`](Self::handle_batch), handed the app state as
+    /// its type (see [`Handle::handle_with_state`]). The default ignores `state`.
+    #[doc(hidden)]
+    fn handle_batch_with_state(
+        &self,
+        input: &[In],
+        outs: &Outs,
+        state: &S,
+        ctx: &mut BatchContext<'_>,
+    ) -> impl Future<Output = BatchOutcome> + Send {
+        let _ = state;
+        self.handle_batch(input, outs, ctx)
+    }
 }
 
 /// What a handler publishes besides settling: built once per registration.

@@ -39,9 +39,9 @@ impl<S: Send + Sync + 'static> Registration<S> {
                     Ok(input) => input,
                     Err(undecodable) => return undecodable,
                 };
-                let state: &(dyn Any + Send + Sync) = &*state;
-                let mut ctx = Context::new(delivery, state, publisher, name).with_format(codec);
-                let run = handler.handle(&input, &outs, &mut ctx);
+                let erased: &(dyn Any + Send + Sync) = &*state;
+                let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
+                let run = handler.handle_with_state(&input, &outs, &state, &mut ctx);
                 let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
                 single_result(ran, &ctx)
             })
@@ -82,11 +82,11 @@ impl<S: Send + Sync + 'static> Registration<S> {
                     }
                 }
                 if !inputs.is_empty() {
-                    let state: &(dyn Any + Send + Sync) = &*state;
+                    let erased: &(dyn Any + Send + Sync) = &*state;
                     let batch: Vec<&Delivery> = decoded.iter().map(|&i| deliveries[i]).collect();
                     let mut ctx =
-                        BatchContext::new(batch, state, publisher, name).with_format(codec);
-                    let run = handler.handle_batch(&inputs, &outs, &mut ctx);
+                        BatchContext::new(batch, erased, publisher, name).with_format(codec);
+                    let run = handler.handle_batch_with_state(&inputs, &outs, &state, &mut ctx);
                     let per = match std::panic::AssertUnwindSafe(run).catch_unwind().await {
                         Ok(outcome) => batch_results(outcome, decoded.len()),
                         Err(panic) => {
@@ -156,9 +156,9 @@ impl<S: Send + Sync + 'static> Registration<S> {
             let handler = Arc::clone(&handler);
             let outs = Arc::clone(&outs);
             Box::pin(async move {
-                let state: &(dyn Any + Send + Sync) = &*state;
-                let mut ctx = Context::new(delivery, state, publisher, name).with_format(codec);
-                let run = handler.handle(payload(delivery), &outs, &mut ctx);
+                let erased: &(dyn Any + Send + Sync) = &*state;
+                let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
+                let run = handler.handle_with_state(payload(delivery), &outs, &state, &mut ctx);
                 let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
                 single_result(ran, &ctx)
             })
