@@ -243,9 +243,7 @@ impl NatsPublisher {
             }
             PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(format!(
                 "{} (the publish expected {})",
-                std::error::Error::source(&error)
-                    .map(ToString::to_string)
-                    .unwrap_or_default(),
+                error.cause().map(ToString::to_string).unwrap_or_default(),
                 expectations.join(", ")
             ))
         })
