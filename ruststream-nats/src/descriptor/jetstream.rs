@@ -231,3 +231,55 @@ mod wait {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use ruststream::{App, AppInfo, Context, Env, ErrorKind, Handle, HandlerOutcome, RustStream};
+
+    use super::JetStreamSubject;
+
+    struct Noop;
+
+    impl Handle<serde_json::Value> for Noop {
+        async fn handle(
+            &self,
+            _: &serde_json::Value,
+            _: &(),
+            _: &mut Context<'_>,
+        ) -> Result<(), HandlerOutcome> {
+            Ok(())
+        }
+    }
+
+    /// The filter subject is one of the descriptor's facts: the broker's `validate` checks it
+    /// with the others, before any startup hook and before anything connects.
+    #[tokio::test]
+    async fn an_invalid_filter_subject_is_refused_before_any_startup_hook() {
+        let hook_ran = Arc::new(AtomicBool::new(false));
+        let ran = Arc::clone(&hook_ran);
+        let app = RustStream::new(AppInfo::new("filters", "0.1.0"))
+            .on_startup(async move |()| {
+                ran.store(true, Ordering::SeqCst);
+                Ok::<_, std::convert::Infallible>(())
+            })
+            .with_broker(crate::NatsBroker::new("nats://127.0.0.1:1"), |b| {
+                b.include(
+                    JetStreamSubject::new("orders.created", "ORDERS")
+                        .filter_subject("orders..created")
+                        .handler(Noop),
+                )
+                .name("created");
+            });
+        let err = app.start(Env::new()).await.expect_err("refused");
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        assert!(
+            err.to_string()
+                .contains("registration `created` filters on `orders..created`"),
+            "{err}"
+        );
+        assert!(!hook_ran.load(Ordering::SeqCst), "no startup hook ran");
+    }
+}
