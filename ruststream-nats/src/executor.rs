@@ -11,6 +11,7 @@ use ruststream::registration::{Handled, RegistrationInfo};
 use ruststream::settle::{AckKind, Decision, DeliveryModel, Facts, Settle};
 use ruststream::{AckError, Delivery, Headers};
 
+use crate::ack_wire::{PROGRESS, ack_payload};
 use crate::copies::{Copies, without_server_headers};
 use crate::transport::{Transport, TransportError, TransportErrorKind};
 
@@ -19,16 +20,6 @@ const CONFIRM_TRIES: u32 = 5;
 
 /// The pause between two tries of a confirmed settlement.
 const CONFIRM_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// The wire form of `kind`; the common ones without an allocation.
-fn ack_payload(kind: AckKind) -> Bytes {
-    match kind {
-        AckKind::Ack => Bytes::from_static(b"+ACK"),
-        AckKind::Nak => Bytes::from_static(b"-NAK"),
-        AckKind::Term => Bytes::from_static(b"+TERM"),
-        other => Bytes::from(other.to_string()),
-    }
-}
 
 /// A delivery with what its settlement needs besides the delivery itself.
 #[derive(Debug)]
@@ -216,7 +207,7 @@ impl Executor {
             .publish(
                 Arc::clone(ack_subject),
                 Headers::new(),
-                Bytes::from_static(b"+WPI"),
+                Bytes::from_static(PROGRESS),
             )
             .await
         {

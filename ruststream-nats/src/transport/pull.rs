@@ -82,7 +82,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::time::{Instant, Sleep};
 
 use super::{TransportError, TransportErrorKind};
-use crate::JetStreamInfo;
+use crate::jetstream_info::AckSubject;
 
 /// The longest idle heartbeat asked for: how soon a lost request is noticed.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -417,8 +417,8 @@ impl Puller {
         let genuine = message
             .reply
             .as_deref()
-            .and_then(JetStreamInfo::parse)
-            .is_some_and(|info| info.stream == self.stream && info.consumer == self.consumer);
+            .and_then(AckSubject::parse)
+            .is_some_and(|ack| ack.stream == self.stream && ack.consumer == self.consumer);
         if genuine {
             return true;
         }

@@ -22,7 +22,8 @@
 mod facts;
 mod kv;
 mod state;
-pub(crate) mod subject;
+#[cfg(test)]
+mod tests;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -285,8 +286,10 @@ impl Unsubscribe for Stop {
     }
 }
 
+/// Refuses a subject the broker refuses (`crate::subject`, the one home of the rules);
+/// `wildcards` allows a pattern.
 fn check_subject(subject: &str, wildcards: bool) -> Result<(), TransportError> {
-    match subject::invalid(subject, wildcards) {
+    match crate::subject::subject_problem(subject, wildcards) {
         Some(why) => Err(TransportError::new(
             TransportErrorKind::Invalid,
             format!("`{subject}`: {why}"),
@@ -323,7 +326,7 @@ fn check_payload(subject: &str, headers: &Headers, payload: &Bytes) -> Result<()
 }
 
 fn check_name(what: &str, name: &str) -> Result<(), TransportError> {
-    match subject::invalid_name(name) {
+    match crate::subject::name_problem(name) {
         Some(why) => Err(TransportError::new(
             TransportErrorKind::Invalid,
             format!("{what} `{name}`: {why}"),
