@@ -428,7 +428,8 @@ impl Source {
                 let dispatch = endpoint.dispatch_batch(&deliveries, &*publisher);
                 let span = telemetry::batch_span(&endpoint, &deliveries);
                 let dispatch = with_progress(&endpoint, &executor, unit, dispatch);
-                let decided = telemetry::observed(&span, &executor, unit.len(), dispatch).await;
+                let decided =
+                    telemetry::observed(&span, &executor.metrics, unit.len(), dispatch).await;
                 for (incoming, (handled, decision)) in unit.iter().zip(decided) {
                     settle(&executor, &progress, incoming, &handled, &decision)
                         .instrument(span.clone())
@@ -449,8 +450,9 @@ impl Source {
                     let span = telemetry::delivery_span(&endpoint, &incoming.delivery);
                     let one = std::slice::from_ref(incoming);
                     let dispatch = with_progress(&endpoint, &executor, one, dispatch);
-                    let decided =
-                        telemetry::observed(&span, &executor, 1, async { vec![dispatch.await] });
+                    let decided = telemetry::observed(&span, &executor.metrics, 1, async {
+                        vec![dispatch.await]
+                    });
                     for (handled, decision) in decided.await {
                         settle(&executor, &progress, incoming, &handled, &decision)
                             .instrument(span.clone())

@@ -9,8 +9,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 
-use super::State;
-use super::stream::{Stored, Stream};
+use super::{State, Stored};
 use crate::descriptor::DeliverPolicy;
 use crate::jetstream_info::ack_subject;
 use crate::subject::{matches, overlaps};
@@ -134,7 +133,8 @@ impl State {
                 consumer.max_ack_pending = max_ack_pending;
             }
             None => {
-                let consumer = Consumer::new(stream, spec, max_ack_pending);
+                let consumer =
+                    Consumer::new(&stream.messages, stream.last_seq, spec, max_ack_pending);
                 stream.consumers.insert(name.clone(), consumer);
             }
         }
@@ -190,27 +190,30 @@ impl State {
 }
 
 impl Consumer {
-    pub(super) fn new(stream: &Stream, spec: &ConsumerSpec, max_ack_pending: usize) -> Self {
+    pub(super) fn new(
+        messages: &BTreeMap<u64, Stored>,
+        last_seq: u64,
+        spec: &ConsumerSpec,
+        max_ack_pending: usize,
+    ) -> Self {
         let filter = spec.filter_subject.clone();
         let matching = |seq: &&u64| {
-            stream
-                .messages
+            messages
                 .get(seq)
                 .is_some_and(|m| matches(&filter, &m.subject))
         };
         let mut skip = VecDeque::new();
         let next_seq = match spec.deliver_policy {
-            DeliverPolicy::New => stream.last_seq + 1,
-            DeliverPolicy::Last => stream
-                .messages
+            DeliverPolicy::New => last_seq + 1,
+            DeliverPolicy::Last => messages
                 .keys()
                 .rev()
                 .find(matching)
                 .copied()
-                .unwrap_or(stream.last_seq + 1),
+                .unwrap_or(last_seq + 1),
             DeliverPolicy::LastPerSubject => {
                 let mut last: BTreeMap<&str, u64> = BTreeMap::new();
-                for (seq, m) in &stream.messages {
+                for (seq, m) in messages {
                     if matches(&filter, &m.subject) {
                         last.insert(&m.subject, *seq);
                     }
@@ -218,7 +221,7 @@ impl Consumer {
                 let mut seqs: Vec<u64> = last.into_values().collect();
                 seqs.sort_unstable();
                 skip.extend(seqs);
-                stream.last_seq + 1
+                last_seq + 1
             }
             DeliverPolicy::ByStartSequence(seq) => seq.max(1),
             _ => 1,

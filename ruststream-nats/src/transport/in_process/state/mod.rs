@@ -80,6 +80,15 @@ pub(super) enum FeedKey {
     },
 }
 
+/// A message as a stream stores it, and as a consumer delivers it.
+#[derive(Debug, Clone)]
+pub(super) struct Stored {
+    pub(super) subject: Arc<str>,
+    pub(super) headers: Headers,
+    pub(super) payload: Bytes,
+    pub(super) timestamp_ns: u128,
+}
+
 impl State {
     pub(super) fn new() -> Self {
         Self {

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use ruststream::Headers;
 use tokio::time::Instant;
 
-use super::State;
 use super::consumer::Consumer;
+use super::{State, Stored};
 use crate::subject::{matches, overlaps};
 use crate::transport::in_process::facts::{StoredMessage, StreamLimits};
 use crate::transport::{RawMessage, StoredAck, StreamSpec, TransportError, TransportErrorKind};
@@ -40,14 +40,6 @@ pub(in crate::transport::in_process) enum Storing {
     Refused(String, String),
     /// No stream stores the subject.
     Nowhere,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Stored {
-    pub(super) subject: Arc<str>,
-    pub(super) headers: Headers,
-    pub(super) payload: Bytes,
-    pub(super) timestamp_ns: u128,
 }
 
 impl Stream {
