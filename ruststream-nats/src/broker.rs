@@ -12,7 +12,6 @@ use ruststream::settle::DeliveryModel;
 use ruststream::{Broker, Endpoint, Env, Error, ErrorKind, RunningBroker};
 use tokio::sync::watch;
 
-use crate::JetStreamSubject;
 use crate::copies::{Copies, DEFAULT_MAX_DELAYED_COPIES};
 use crate::events::Events;
 use crate::executor::Executor;
@@ -25,10 +24,7 @@ use crate::transport::nats::NatsTransport;
 use crate::transport::{
     ConsumerSpec, StreamSpec, Subscription, Transport, TransportErrorKind, TransportOverride,
 };
-use crate::validate::{validate, validate_endpoints};
-
-/// How many ready messages a batch handler on a descriptor without a batch size takes at once.
-const DEFAULT_BATCH: usize = 64;
+use crate::validate::validate;
 
 /// A NATS server (Core and JetStream over one connection).
 ///
@@ -345,7 +341,6 @@ impl Broker for NatsBroker {
         env: Env,
     ) -> BoxFuture<'static, Result<Box<dyn RunningBroker>, Error>> {
         Box::pin(async move {
-            validate_endpoints(&endpoints)?;
             let events = Arc::new(
                 Events::new(self.url.clone())
                     .with_health(env.get::<ruststream::telemetry::Health>().cloned()),
@@ -769,55 +764,26 @@ async fn open_from(
     }
 }
 
-/// The consumer a JetStream endpoint reads through: from its `JetStreamSubject`, or from the
-/// descriptor's facts with the defaults.
+/// The consumer a JetStream endpoint reads through, from its descriptor's facts.
 ///
 /// `batch` is a batch handler's batch size; for a handler of single messages, no more than it
 /// handles at once (`concurrency`). The async-nats transport starts its lookahead there and
 /// sizes it to the handlers' measured pace (`transport/pull.rs`); the in-process NATS holds
 /// that many in the client.
 fn consumer_spec(endpoint: &Endpoint) -> ConsumerSpec {
-    let mut spec = descriptor_consumer_spec(endpoint);
+    let mut spec = crate::descriptor::consumer_spec(&endpoint.info().descriptor);
     if !endpoint.is_batch() {
         spec.batch = spec.batch.min(endpoint.policy().concurrency.get()).max(1);
     }
     spec
 }
 
-fn descriptor_consumer_spec(endpoint: &Endpoint) -> ConsumerSpec {
-    let info = &endpoint.info().descriptor;
-    if let Some(js) = endpoint
-        .descriptor()
-        .as_any()
-        .downcast_ref::<JetStreamSubject>()
-    {
-        return ConsumerSpec {
-            stream: js.stream().to_owned(),
-            durable: js.durable_name().map(str::to_owned),
-            filter_subject: js.filter().to_owned(),
-            ack_wait: js.ack_wait_duration(),
-            max_ack_pending: js.max_ack_pending_value(),
-            deliver_policy: js.deliver_policy_value(),
-            batch: js.batch_size().get(),
-            expires: js.expires(),
-        };
-    }
-    ConsumerSpec {
-        stream: info.stream.clone().unwrap_or_default(),
-        durable: info.consumer.clone(),
-        filter_subject: info.subject.clone(),
-        ack_wait: info.ack_wait.unwrap_or(crate::descriptor::DEFAULT_ACK_WAIT),
-        max_ack_pending: None,
-        deliver_policy: crate::DeliverPolicy::All,
-        batch: DEFAULT_BATCH,
-        expires: Duration::from_secs(30),
-    }
-}
-
+/// How many ready messages a batch handler takes at once.
 fn batch_size(endpoint: &Endpoint) -> usize {
     endpoint
-        .descriptor()
-        .as_any()
-        .downcast_ref::<JetStreamSubject>()
-        .map_or(DEFAULT_BATCH, |js| js.batch_size().get())
+        .info()
+        .descriptor
+        .batch
+        .unwrap_or(crate::descriptor::DEFAULT_BATCH)
+        .get()
 }

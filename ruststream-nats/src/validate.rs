@@ -2,12 +2,10 @@
 //! nowhere to send its retry copies, a registration that would read its own dead letters.
 //! Every problem is reported at once.
 
-use ruststream::Endpoint;
 use ruststream::registration::RegistrationInfo;
 use ruststream::settle::DeliveryModel;
 use ruststream::{Error, ErrorKind};
 
-use crate::JetStreamSubject;
 use crate::subject::{is_pattern, matches, name_problem, subject_problem};
 use crate::transport::StreamSpec;
 
@@ -62,28 +60,6 @@ fn check_shared_durables(registrations: &[RegistrationInfo], problems: &mut Vec<
             seen.push((stream, durable, &r.name));
         }
     }
-}
-
-/// Checks what only the bound descriptors tell: a `JetStreamSubject`'s own filter subject.
-pub(crate) fn validate_endpoints(endpoints: &[Endpoint]) -> Result<(), Error> {
-    let mut problems = Vec::new();
-    for endpoint in endpoints {
-        let Some(js) = endpoint
-            .descriptor()
-            .as_any()
-            .downcast_ref::<JetStreamSubject>()
-        else {
-            continue;
-        };
-        let filter = js.filter();
-        if let Some(problem) = subject_problem(filter, true) {
-            problems.push(format!(
-                "registration `{}` filters on `{filter}`, which is not a valid subject: {problem}",
-                endpoint.name()
-            ));
-        }
-    }
-    report(problems)
 }
 
 fn report(mut problems: Vec<String>) -> Result<(), Error> {
@@ -165,6 +141,13 @@ fn check_jetstream(r: &RegistrationInfo, problems: &mut Vec<String>) {
         None => problems.push(format!(
             "registration `{name}` is a JetStream registration without a stream"
         )),
+    }
+    if let Some(filter) = &r.descriptor.filter_subject
+        && let Some(problem) = subject_problem(filter, true)
+    {
+        problems.push(format!(
+            "registration `{name}` filters on `{filter}`, which is not a valid subject: {problem}"
+        ));
     }
     if let Some(durable) = &r.descriptor.consumer
         && let Some(problem) = name_problem(durable)

@@ -8,6 +8,9 @@ use serde::de::DeserializeOwned;
 pub use futures;
 pub use tracing;
 
+// One function for every place that catches a panic (also `ruststream-nats`' source task).
+pub use crate::panic::panic_message;
+
 use crate::Handle;
 use crate::app::App;
 use crate::context::Context;

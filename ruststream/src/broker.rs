@@ -9,6 +9,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::error::Error;
+use crate::observer::Observer;
+use crate::publish::Publish;
 use crate::registration::{Endpoint, RegistrationInfo};
 
 /// A message broker the app connects to: NATS, for one.
@@ -63,29 +65,24 @@ pub trait RunningBroker: Send {
 
     /// What publishes on this broker from outside a handler (`main`, a startup hook, a test),
     /// if it offers that. `None` by default.
-    fn publisher(&self) -> Option<std::sync::Arc<dyn crate::Publish>> {
+    fn publisher(&self) -> Option<Arc<dyn Publish>> {
         None
     }
 }
 
 /// The environment an app starts in: the drain timeout, an observer for tests, and typed
 /// values a broker may look for (an in-process transport, for one).
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Env {
     values: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
-    observer: Option<Arc<dyn crate::app::Observer>>,
-    drain_timeout: Duration,
+    observer: Option<Arc<dyn Observer>>,
+    /// Set by the code that built the environment (a test, `TestApp`); `None`: the app's, else
+    /// [`DEFAULT_DRAIN_TIMEOUT`].
+    drain_timeout: Option<Duration>,
 }
 
-impl Default for Env {
-    fn default() -> Self {
-        Self {
-            values: HashMap::new(),
-            observer: None,
-            drain_timeout: Duration::from_secs(30),
-        }
-    }
-}
+/// How long a stop waits for handlers in flight when nobody chose.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl fmt::Debug for Env {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -115,24 +112,29 @@ impl Env {
     }
 
     /// Sets the observer told of every handled delivery.
-    pub fn with_observer(mut self, observer: Arc<dyn crate::app::Observer>) -> Self {
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
         self.observer = Some(observer);
         self
     }
 
     /// The observer, if any.
-    pub fn observer(&self) -> Option<&Arc<dyn crate::app::Observer>> {
+    pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
         self.observer.as_ref()
     }
 
     /// Sets how long a stop waits for handlers in flight.
     pub fn with_drain_timeout(mut self, timeout: Duration) -> Self {
-        self.drain_timeout = timeout;
+        self.drain_timeout = Some(timeout);
         self
     }
 
     /// How long a stop waits for handlers in flight.
     pub fn drain_timeout(&self) -> Duration {
+        self.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT)
+    }
+
+    /// The drain timeout set with [`with_drain_timeout`](Self::with_drain_timeout), if any.
+    pub(crate) fn chosen_drain_timeout(&self) -> Option<Duration> {
         self.drain_timeout
     }
 }

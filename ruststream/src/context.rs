@@ -14,7 +14,6 @@ use serde::de::DeserializeOwned;
 use crate::codec::{CONTENT_TYPE, Codec, Format, Json};
 use crate::delivery::{Delivery, Headers, OutboundMessage};
 use crate::error::{PublishError, PublishErrorKind};
-use crate::extract::Rejection;
 use crate::outgoing::Outgoing;
 use crate::publish::{CORRELATION_ID_HEADER, Origin, Publish};
 
@@ -206,11 +205,6 @@ impl<'a> Context<'a> {
     /// The broker's publisher, for its crate's own publishing API.
     pub fn publisher(&self) -> &'a dyn Publish {
         self.publisher
-    }
-
-    /// The value of a context key, as `Ctx<K>` gives it.
-    pub fn get<K: crate::Key>(&self) -> Result<K::Value, Rejection> {
-        K::get(self)
     }
 
     /// Publishes an [`Outgoing`] message to its subject, in the registration's format (JSON

@@ -88,6 +88,13 @@ pub trait Key: 'static {
     fn get(ctx: &Context<'_>) -> Result<Self::Value, Rejection>;
 }
 
+impl Context<'_> {
+    /// The value of a context key, as `Ctx<K>` gives it.
+    pub fn get<K: Key>(&self) -> Result<K::Value, Rejection> {
+        K::get(self)
+    }
+}
+
 /// A per-delivery value by key: `Ctx(delivered): Ctx<Delivered>`.
 pub struct Ctx<K: Key>(pub K::Value);
 

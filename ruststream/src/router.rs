@@ -106,12 +106,3 @@ impl<S> Router<S> {
         registrations
     }
 }
-
-/// `prefix.subject`.
-pub(crate) fn join(prefix: &str, subject: &str) -> String {
-    if prefix.is_empty() {
-        subject.to_owned()
-    } else {
-        format!("{prefix}.{subject}")
-    }
-}

@@ -17,8 +17,8 @@ use metrics::{Counter, Gauge, Histogram};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::handled::Handled;
 use crate::outcome::HandlerOutcome;
-use crate::registration::Handled;
 
 /// The metric names (pinned in the API).
 pub mod names {

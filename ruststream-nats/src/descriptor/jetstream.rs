@@ -1,4 +1,3 @@
-use std::any::Any;
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
@@ -6,25 +5,20 @@ use ruststream::registration::DescriptorInfo;
 use ruststream::settle::DeliveryModel;
 use ruststream::{Descriptor, NonZeroDuration, WithHandler};
 
+use crate::transport::ConsumerSpec;
+
+/// Where a new consumer starts in the stream (defined in the core, with the other facts of a
+/// descriptor).
+pub use ruststream::registration::DeliverPolicy;
+
 /// `ack_wait` unless the descriptor names another.
 pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
 
-/// Which messages of the stream a new consumer starts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum DeliverPolicy {
-    /// Every message the stream holds (the default).
-    #[default]
-    All,
-    /// Only messages stored after the consumer was created.
-    New,
-    /// The last message, then new ones.
-    Last,
-    /// The last message of each subject, then new ones.
-    LastPerSubject,
-    /// From this stream sequence on.
-    ByStartSequence(u64),
-}
+/// How many messages a batch handler gets at once unless the descriptor names another.
+pub(crate) const DEFAULT_BATCH: NonZeroUsize = NonZeroUsize::new(64).expect("64 is not zero");
+
+/// How long one pull waits on the server unless the descriptor names another.
+pub(crate) const DEFAULT_PULL_EXPIRY: Duration = Duration::from_secs(30);
 
 /// A subject read from a JetStream stream through a pull consumer: at-least-once delivery,
 /// settled on the server.
@@ -64,8 +58,8 @@ impl JetStreamSubject {
             max_ack_pending: None,
             deliver_policy: DeliverPolicy::All,
             filter_subject: None,
-            batch: NonZeroUsize::new(64).unwrap_or(NonZeroUsize::MIN),
-            expires: Duration::from_secs(30),
+            batch: DEFAULT_BATCH,
+            expires: DEFAULT_PULL_EXPIRY,
         }
     }
 
@@ -177,11 +171,12 @@ impl Descriptor for JetStreamSubject {
         info.ack_wait = Some(self.ack_wait.get());
         info.wildcard = self.subject.contains(['*', '>']);
         info.kind = "JetStreamSubject";
+        info.filter_subject = self.filter_subject.clone();
+        info.max_ack_pending = self.max_ack_pending;
+        info.deliver_policy = self.deliver_policy;
+        info.batch = Some(self.batch);
+        info.pull_expiry = Some(self.expires);
         info
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 
     /// The subject and a filter subject set apart, both under the prefix; the stream and the
@@ -194,6 +189,24 @@ impl Descriptor for JetStreamSubject {
             .as_ref()
             .map(|filter| format!("{prefix}.{filter}"));
         Some(std::sync::Arc::new(routed))
+    }
+}
+
+/// The consumer a JetStream registration reads through, from its descriptor's facts: every
+/// default of a JetStream descriptor lives in this file.
+pub(crate) fn consumer_spec(info: &DescriptorInfo) -> ConsumerSpec {
+    ConsumerSpec {
+        stream: info.stream.clone().unwrap_or_default(),
+        durable: info.consumer.clone(),
+        filter_subject: info
+            .filter_subject
+            .clone()
+            .unwrap_or_else(|| info.subject.clone()),
+        ack_wait: info.ack_wait.unwrap_or(DEFAULT_ACK_WAIT),
+        max_ack_pending: info.max_ack_pending,
+        deliver_policy: info.deliver_policy,
+        batch: info.batch.unwrap_or(DEFAULT_BATCH).get(),
+        expires: info.pull_expiry.unwrap_or(DEFAULT_PULL_EXPIRY),
     }
 }
 

@@ -1,5 +1,3 @@
-use std::any::Any;
-
 use ruststream::registration::DescriptorInfo;
 use ruststream::settle::DeliveryModel;
 use ruststream::{Descriptor, NonZeroDuration, WithHandler};
@@ -77,10 +75,6 @@ impl Descriptor for CoreWildcard {
         info.queue_group = self.queue_group.clone();
         info.kind = "CoreWildcard";
         info
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 
     fn prefixed(&self, prefix: &str) -> Option<std::sync::Arc<dyn Descriptor>> {

@@ -22,7 +22,8 @@ use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 use crate::app::{App, Handling, Observer};
 use crate::broker::{BrokerUrl, Embedded, Env};
-use crate::registration::{Handled, RegistrationInfo};
+use crate::handled::Handled;
+use crate::registration::RegistrationInfo;
 use crate::settle::{DeliveryModel, Settle};
 
 /// The environment variable `run --url` overrides.

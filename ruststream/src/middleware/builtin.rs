@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::{Middleware, Next, NextBatch};
 use crate::delivery::Delivery;
+use crate::handled::Handled;
 use crate::outcome::HandlerOutcome;
-use crate::registration::Handled;
 
 /// Exponential backoff with jitter for `retry()`: a handler's `retry()` on attempt `n` becomes
 /// `retry_after(d)`, where `d` is `base * 2^(n-1)`, at most `max`, and with jitter (the

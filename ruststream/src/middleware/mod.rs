@@ -15,8 +15,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use crate::delivery::Delivery;
+use crate::handled::Handled;
 use crate::publish::Publish;
-use crate::registration::Handled;
 
 pub use builtin::{Backoff, ConcurrencyLimit, RateLimit};
 

@@ -1,0 +1,260 @@
+//! How a registration calls its handler: the payload decoded in the registration's format (or
+//! taken as it arrived), a [`Context`] over the delivery, panics caught, and the handler's answer
+//! turned into [`Handled`].
+
+use std::any::Any;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use serde::de::DeserializeOwned;
+
+use super::builder::{BatchFn, HandlerKind, LayerStack, Registration, SingleFn};
+use super::descriptor::Descriptor;
+use super::policy::Policy;
+use super::schemas::Schemas;
+use crate::codec::Format;
+use crate::context::Context;
+use crate::delivery::Delivery;
+use crate::handled::Handled;
+use crate::handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs};
+use crate::outcome::HandlerOutcome;
+use crate::panic::panic_message;
+
+impl<S: Send + Sync + 'static> Registration<S> {
+    /// A registration of handler `H` for messages `In`, publishing `O`.
+    pub fn single<D, H, In, O>(name: impl Into<String>, descriptor: D, handler: H) -> Self
+    where
+        D: Descriptor,
+        H: Handle<In, O, S>,
+        In: DeserializeOwned + Send + Sync + 'static,
+        O: Outs,
+    {
+        let handler = Arc::new(handler);
+        let outs = Arc::new(O::default());
+        let call: Arc<SingleFn<S>> = Arc::new(move |delivery, state, publisher, name, codec| {
+            let handler = Arc::clone(&handler);
+            let outs = Arc::clone(&outs);
+            Box::pin(async move {
+                let input: In = match decode(codec, delivery) {
+                    Ok(input) => input,
+                    Err(undecodable) => return undecodable,
+                };
+                let state: &(dyn Any + Send + Sync) = &*state;
+                let mut ctx = Context::new(delivery, state, publisher, name).with_format(codec);
+                let run = handler.handle(&input, &outs, &mut ctx);
+                let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+                single_result(ran, &ctx)
+            })
+        });
+        Self::with_handler(
+            name.into(),
+            Arc::new(descriptor),
+            HandlerKind::Single(call),
+            O::subjects(),
+            Schemas::of::<In>(),
+        )
+    }
+
+    /// A registration of batch handler `H` for messages `In`, publishing `O`.
+    pub fn batch<D, H, In, O>(name: impl Into<String>, descriptor: D, handler: H) -> Self
+    where
+        D: Descriptor,
+        H: HandleBatch<In, O, S>,
+        In: DeserializeOwned + Send + Sync + 'static,
+        O: Outs,
+    {
+        let handler = Arc::new(handler);
+        let outs = Arc::new(O::default());
+        let call: Arc<BatchFn<S>> = Arc::new(move |deliveries, state, publisher, name, codec| {
+            let handler = Arc::clone(&handler);
+            let outs = Arc::clone(&outs);
+            Box::pin(async move {
+                let mut results: Vec<Option<Handled>> = vec![None; deliveries.len()];
+                let mut inputs = Vec::with_capacity(deliveries.len());
+                let mut decoded = Vec::with_capacity(deliveries.len());
+                for (i, delivery) in deliveries.iter().enumerate() {
+                    match decode::<In>(codec, delivery) {
+                        Ok(v) => {
+                            inputs.push(v);
+                            decoded.push(i);
+                        }
+                        Err(undecodable) => results[i] = Some(undecodable),
+                    }
+                }
+                if !inputs.is_empty() {
+                    let state: &(dyn Any + Send + Sync) = &*state;
+                    let batch: Vec<&Delivery> = decoded.iter().map(|&i| deliveries[i]).collect();
+                    let mut ctx =
+                        BatchContext::new(batch, state, publisher, name).with_format(codec);
+                    let run = handler.handle_batch(&inputs, &outs, &mut ctx);
+                    let per = match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+                        Ok(outcome) => batch_results(outcome, decoded.len()),
+                        Err(panic) => {
+                            vec![
+                                Handled::Panicked(panic_message(panic.as_ref()).to_owned());
+                                decoded.len()
+                            ]
+                        }
+                    };
+                    for (slot, handled) in decoded.into_iter().zip(per) {
+                        results[slot] = Some(handled);
+                    }
+                }
+                results
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|| Handled::NoOutcome("not handled".into())))
+                    .collect()
+            })
+        });
+        Self::with_handler(
+            name.into(),
+            Arc::new(descriptor),
+            HandlerKind::Batch(call),
+            O::subjects(),
+            Schemas::of::<In>(),
+        )
+    }
+}
+
+impl<S: Send + Sync + 'static> Registration<S> {
+    /// A registration of handler `H` for payloads taken as they arrived, as [`Bytes`]: no
+    /// decoding, no `content-type` check (a `#[subscriber]` taking `&Bytes`).
+    pub fn raw<D, H, O>(name: impl Into<String>, descriptor: D, handler: H) -> Self
+    where
+        D: Descriptor,
+        H: Handle<bytes::Bytes, O, S>,
+        O: Outs,
+    {
+        Self::raw_with(name, descriptor, handler, |d| d.payload())
+    }
+
+    /// The same for a handler taking the payload as `&[u8]`.
+    pub fn raw_slice<D, H, O>(name: impl Into<String>, descriptor: D, handler: H) -> Self
+    where
+        D: Descriptor,
+        H: Handle<[u8], O, S>,
+        O: Outs,
+    {
+        Self::raw_with(name, descriptor, handler, |d| &d.payload()[..])
+    }
+
+    fn raw_with<D, H, O, In>(
+        name: impl Into<String>,
+        descriptor: D,
+        handler: H,
+        payload: for<'a> fn(&'a Delivery) -> &'a In,
+    ) -> Self
+    where
+        D: Descriptor,
+        H: Handle<In, O, S>,
+        In: ?Sized + Sync + 'static,
+        O: Outs,
+    {
+        let handler = Arc::new(handler);
+        let outs = Arc::new(O::default());
+        let call: Arc<SingleFn<S>> = Arc::new(move |delivery, state, publisher, name, codec| {
+            let handler = Arc::clone(&handler);
+            let outs = Arc::clone(&outs);
+            Box::pin(async move {
+                let state: &(dyn Any + Send + Sync) = &*state;
+                let mut ctx = Context::new(delivery, state, publisher, name).with_format(codec);
+                let run = handler.handle(payload(delivery), &outs, &mut ctx);
+                let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+                single_result(ran, &ctx)
+            })
+        });
+        Self::with_handler(
+            name.into(),
+            Arc::new(descriptor),
+            HandlerKind::Single(call),
+            O::subjects(),
+            Schemas::of::<In>(),
+        )
+    }
+}
+
+impl<S> Registration<S> {
+    /// A registration with the default policy, no layers and no idempotency.
+    fn with_handler(
+        name: String,
+        descriptor: Arc<dyn Descriptor>,
+        handler: HandlerKind<S>,
+        publishes: Vec<&'static str>,
+        schemas: Schemas,
+    ) -> Self {
+        Self {
+            name,
+            descriptor,
+            handler,
+            policy: Policy::default(),
+            publishes,
+            layers: LayerStack::default(),
+            schemas,
+            unroutable: None,
+            idempotency_key: None,
+        }
+    }
+}
+
+/// What a single handler's run says: its outcome, its panic, or its own error (recorded on the
+/// context by the generated code or `Context::failure`).
+fn single_result(
+    ran: std::thread::Result<Result<(), HandlerOutcome>>,
+    ctx: &Context<'_>,
+) -> Handled {
+    match ran {
+        Ok(Ok(())) => match ctx.unconfirmed() {
+            // An output a stream did not confirm: the input must come back.
+            Some(reason) => {
+                if let Some(suppressed) = crate::unconfirmed::log_now() {
+                    tracing::error!(
+                        registration = ctx.registration(),
+                        subject = ctx.subject(),
+                        %reason,
+                        suppressed,
+                        "an output stored by a stream was not confirmed; the delivery is not acknowledged and is treated as retry() (at most one such line a second; `suppressed` counts the others)"
+                    );
+                }
+                Handled::Outcome(HandlerOutcome::retry())
+            }
+            None => Handled::Outcome(HandlerOutcome::Ack),
+        },
+        Ok(Err(outcome)) => match ctx.failed() {
+            Some(error) => Handled::Failed(error.to_owned()),
+            None => Handled::Outcome(outcome),
+        },
+        Err(panic) => Handled::Panicked(panic_message(panic.as_ref()).to_owned()),
+    }
+}
+
+fn batch_results(outcome: BatchOutcome, len: usize) -> Vec<Handled> {
+    match outcome {
+        BatchOutcome::All(o) => vec![Handled::Outcome(o); len],
+        BatchOutcome::Each(each) if each.len() == len => {
+            each.into_iter().map(Handled::Outcome).collect()
+        }
+        BatchOutcome::Each(each) => {
+            let reason = format!(
+                "the batch handler returned {} outcomes for {len} messages; nothing is settled and the server delivers the batch again after ack_wait",
+                each.len()
+            );
+            vec![Handled::NoOutcome(reason); len]
+        }
+    }
+}
+
+/// Decodes `delivery`'s payload; a payload that does not decode, or whose decoding panics (a
+/// custom `Deserialize`), is [`Handled::Undecodable`]: never retried, it would fail the same way.
+fn decode<In: DeserializeOwned>(codec: Format, delivery: &Delivery) -> Result<In, Handled> {
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::codec::decode_delivery(codec, delivery)
+    }));
+    match decoded {
+        Ok(Ok(input)) => Ok(input),
+        Ok(Err(err)) => Err(Handled::Undecodable(err.to_string())),
+        Err(panic) => Err(Handled::Undecodable(format!(
+            "decoding the payload panicked: {}",
+            panic_message(panic.as_ref()).to_owned()
+        ))),
+    }
+}

@@ -1,0 +1,137 @@
+//! Where a registration's messages come from, as the runtime sees it: the [`Descriptor`] trait
+//! and its broker-neutral facts, [`DescriptorInfo`].
+
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::settle::DeliveryModel;
+
+/// Where a registration's messages come from: a subject, a pattern, a stream consumer.
+///
+/// Everything a broker and the startup checks need is in its [`DescriptorInfo`]: a broker never
+/// recovers the descriptor's type. Each broker crate has its own descriptors; a string literal is
+/// a subject on the broker's plainest model (Core NATS for NATS).
+pub trait Descriptor: Send + Sync + fmt::Debug + 'static {
+    /// What `describe` and startup checks need to know.
+    fn info(&self) -> DescriptorInfo;
+    /// The same descriptor reading `prefix.` + its subject, for a [`Router`](crate::Router);
+    /// `None` when it cannot be prefixed (the app then refuses to start, naming it).
+    fn prefixed(&self, prefix: &str) -> Option<Arc<dyn Descriptor>> {
+        let _ = prefix;
+        None
+    }
+}
+
+impl Descriptor for &'static str {
+    fn info(&self) -> DescriptorInfo {
+        DescriptorInfo::new(DeliveryModel::Core, *self).with_copy_target(*self)
+    }
+
+    fn prefixed(&self, prefix: &str) -> Option<Arc<dyn Descriptor>> {
+        Some(Arc::new(PrefixedSubject(join(prefix, self))))
+    }
+}
+
+/// A plain subject under a router's prefix (what `"subject"` becomes in a router).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefixedSubject(String);
+
+impl Descriptor for PrefixedSubject {
+    fn info(&self) -> DescriptorInfo {
+        DescriptorInfo::new(DeliveryModel::Core, &self.0).with_copy_target(&self.0)
+    }
+
+    fn prefixed(&self, prefix: &str) -> Option<Arc<dyn Descriptor>> {
+        Some(Arc::new(Self(join(prefix, &self.0))))
+    }
+}
+
+/// A descriptor's facts, broker-neutral.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DescriptorInfo {
+    /// The delivery model, which decides settlement.
+    pub model: DeliveryModel,
+    /// The subject or pattern read.
+    pub subject: String,
+    /// Whether `subject` is a pattern matching many subjects.
+    pub wildcard: bool,
+    /// The queue group sharing the subscription, if any.
+    pub queue_group: Option<String>,
+    /// The stream read from (JetStream).
+    pub stream: Option<String>,
+    /// The consumer, when durable (JetStream).
+    pub consumer: Option<String>,
+    /// How long the server waits for a settlement (JetStream).
+    pub ack_wait: Option<Duration>,
+    /// Where a Core copy goes when the registration names none.
+    pub copy_target: Option<String>,
+    /// What kind of descriptor this is, as its type is called.
+    pub kind: &'static str,
+    /// The subject a stream consumer filters on (JetStream); `None`: `subject`.
+    pub filter_subject: Option<String>,
+    /// How many deliveries may wait for a settlement at once (JetStream); `None`: the server's.
+    pub max_ack_pending: Option<i64>,
+    /// Where a new consumer starts in the stream (JetStream).
+    pub deliver_policy: DeliverPolicy,
+    /// How many messages a batch handler gets at once; `None`: the broker's default.
+    pub batch: Option<NonZeroUsize>,
+    /// How long one pull waits on the server; `None`: the broker's default.
+    pub pull_expiry: Option<Duration>,
+}
+
+/// Which messages of the stream a new consumer starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum DeliverPolicy {
+    /// Every message the stream holds (the default).
+    #[default]
+    All,
+    /// Only messages stored after the consumer was created.
+    New,
+    /// The last message, then new ones.
+    Last,
+    /// The last message of each subject, then new ones.
+    LastPerSubject,
+    /// From this stream sequence on.
+    ByStartSequence(u64),
+}
+
+impl DescriptorInfo {
+    /// Facts of a descriptor reading `subject` under `model`.
+    pub fn new(model: DeliveryModel, subject: impl Into<String>) -> Self {
+        Self {
+            model,
+            subject: subject.into(),
+            wildcard: false,
+            queue_group: None,
+            stream: None,
+            consumer: None,
+            ack_wait: None,
+            copy_target: None,
+            kind: "subject",
+            filter_subject: None,
+            max_ack_pending: None,
+            deliver_policy: DeliverPolicy::All,
+            batch: None,
+            pull_expiry: None,
+        }
+    }
+
+    /// Sets where a Core copy goes by default.
+    pub fn with_copy_target(mut self, target: impl Into<String>) -> Self {
+        self.copy_target = Some(target.into());
+        self
+    }
+}
+
+/// `prefix.subject`.
+pub(crate) fn join(prefix: &str, subject: &str) -> String {
+    if prefix.is_empty() {
+        subject.to_owned()
+    } else {
+        format!("{prefix}.{subject}")
+    }
+}

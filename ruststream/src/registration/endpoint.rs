@@ -1,0 +1,267 @@
+//! [`Endpoint`]: a registration bound to the app state, as a broker runs it. A broker hands it
+//! deliveries and gets back what the handler said ([`Handled`]) and the settlement
+//! [`Decision`] to execute.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use super::builder::{HandlerKind, Registration};
+use super::descriptor::Descriptor;
+use super::info::RegistrationInfo;
+use super::policy::Policy;
+use crate::codec::Format;
+use crate::delivery::Delivery;
+use crate::handled::Handled;
+use crate::observer::{Handling, Observer};
+use crate::outcome::HandlerOutcome;
+use crate::publish::Publish;
+use crate::settle::{self, Decision, Facts};
+
+impl<S: Send + Sync + 'static> Registration<S> {
+    pub(crate) fn bind(self, state: Arc<S>, observer: Option<Arc<dyn Observer>>) -> Endpoint {
+        let info = self.info();
+        let codec = self.policy.codec.unwrap_or_default();
+        let layers = self.layers.all();
+        let handler = match self.handler {
+            HandlerKind::Single(call) => {
+                let state = Arc::clone(&state);
+                let f: Arc<BoundSingle> =
+                    Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n, codec));
+                BoundHandler::Single(crate::middleware::wrap_single(f, &layers))
+            }
+            HandlerKind::Batch(call) => {
+                let f: Arc<BoundBatch> =
+                    Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n, codec));
+                BoundHandler::Batch(crate::middleware::wrap_batch(f, &layers))
+            }
+        };
+        Endpoint {
+            name: Arc::from(self.name),
+            descriptor: self.descriptor,
+            info: Arc::new(info),
+            handler,
+            observer,
+            idempotency_key: self.idempotency_key,
+            codec,
+        }
+    }
+}
+
+type BoundSingle =
+    dyn for<'a> Fn(&'a Delivery, &'a dyn Publish, &'a str) -> BoxFuture<'a, Handled> + Send + Sync;
+type BoundBatch = dyn for<'a> Fn(&'a [&'a Delivery], &'a dyn Publish, &'a str) -> BoxFuture<'a, Vec<Handled>>
+    + Send
+    + Sync;
+
+#[derive(Clone)]
+enum BoundHandler {
+    Single(Arc<BoundSingle>),
+    Batch(Arc<BoundBatch>),
+}
+
+/// A registration bound to the app state, as a broker runs it: hand it deliveries, get back
+/// what the handler said and the settlement decision to execute.
+#[derive(Clone)]
+pub struct Endpoint {
+    name: Arc<str>,
+    descriptor: Arc<dyn Descriptor>,
+    /// Shared: an endpoint is cloned for every delivery it handles.
+    info: Arc<RegistrationInfo>,
+    handler: BoundHandler,
+    observer: Option<Arc<dyn Observer>>,
+    idempotency_key: Option<Arc<crate::idempotency::KeyFn>>,
+    codec: Format,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    /// The registration's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The descriptor, for its broker to recognise.
+    pub fn descriptor(&self) -> &dyn Descriptor {
+        &*self.descriptor
+    }
+
+    /// The registration's facts.
+    pub fn info(&self) -> &RegistrationInfo {
+        &self.info
+    }
+
+    /// The mount site's policy.
+    pub fn policy(&self) -> &Policy {
+        &self.info.policy
+    }
+
+    /// Whether the handler takes batches.
+    pub fn is_batch(&self) -> bool {
+        matches!(self.handler, BoundHandler::Batch(_))
+    }
+
+    /// The idempotency key of `delivery`: `None` when the registration is not idempotent,
+    /// `Some(Err(why))` when the delivery has none (its handler then runs unguarded).
+    pub fn idempotency_key(&self, delivery: &Delivery) -> Option<Result<String, String>> {
+        self.idempotency_key
+            .as_ref()
+            .map(|key| key(delivery, self.codec))
+    }
+
+    /// The facts the settlement decision needs about `delivery`.
+    pub fn facts(&self, delivery: &Delivery) -> Facts {
+        Facts {
+            model: self.info.descriptor.model,
+            attempt: delivery.attempt(),
+            max_attempts: self.info.policy.max_attempts,
+            dead_letter: self.info.policy.dead_letter.is_some(),
+            copy_target: self.info.copy_target().is_some(),
+        }
+    }
+
+    /// What must happen to `delivery` after its handler said `handled`: the pure decision.
+    pub fn decide(&self, delivery: &Delivery, handled: &Handled) -> Decision {
+        let facts = self.facts(delivery);
+        match handled {
+            Handled::Outcome(outcome) => settle::decide(outcome, &facts),
+            Handled::Panicked(_) => self.info.policy.on_panic.decide(&facts),
+            Handled::Failed(_) => self.info.policy.on_error.decide(&facts),
+            Handled::TimedOut(_) => settle::decide(&HandlerOutcome::Retry, &facts),
+            Handled::Undecodable(_) => self.info.policy.undecodable.decide(&facts),
+            Handled::NoOutcome(_) => Decision {
+                dead_letter: false,
+                copy: None,
+                settle: settle::Settle::Nothing,
+            },
+            Handled::PastCap => settle::decide_arrival(&facts).unwrap_or(Decision {
+                dead_letter: false,
+                copy: None,
+                settle: settle::Settle::Nothing,
+            }),
+        }
+    }
+
+    /// Runs `handling` within the registration's `handler_timeout`; `Err(limit)` when it ran
+    /// past it (and was cancelled).
+    async fn limited<T>(&self, handling: impl Future<Output = T>) -> Result<T, Duration> {
+        match self.info.policy.handler_timeout {
+            Some(limit) => tokio::time::timeout(limit, handling)
+                .await
+                .map_err(|_| limit),
+            None => Ok(handling.await),
+        }
+    }
+
+    /// [`Handled::PastCap`] when `delivery` arrived past the cap: its handler must not run.
+    fn past_cap(&self, delivery: &Delivery) -> Option<Handled> {
+        settle::decide_arrival(&self.facts(delivery)).map(|_| Handled::PastCap)
+    }
+
+    /// Runs the handler on one delivery (panics caught) and decides its settlement.
+    ///
+    /// # Panics
+    ///
+    /// Never; a batch endpoint handed one delivery runs it as a batch of one.
+    pub async fn dispatch(
+        &self,
+        delivery: &Delivery,
+        publisher: &dyn Publish,
+    ) -> (Handled, Decision) {
+        let handled = match &self.handler {
+            _ if let Some(past_cap) = self.past_cap(delivery) => past_cap,
+            BoundHandler::Single(call) => {
+                match self.limited(call(delivery, publisher, &self.name)).await {
+                    Ok(handled) => handled,
+                    Err(limit) => Handled::TimedOut(limit),
+                }
+            }
+            BoundHandler::Batch(call) => {
+                let one = [delivery];
+                match self.limited(call(&one, publisher, &self.name)).await {
+                    Ok(mut handled) => handled
+                        .pop()
+                        .unwrap_or_else(|| Handled::NoOutcome("empty batch".into())),
+                    Err(limit) => Handled::TimedOut(limit),
+                }
+            }
+        };
+        let decision = self.decide(delivery, &handled);
+        self.observe(delivery, &handled, &decision);
+        (handled, decision)
+    }
+
+    /// Runs a batch handler on `deliveries` and decides each one's settlement.
+    pub async fn dispatch_batch(
+        &self,
+        deliveries: &[&Delivery],
+        publisher: &dyn Publish,
+    ) -> Vec<(Handled, Decision)> {
+        // Deliveries past the cap do not reach the handler.
+        let past: Vec<Option<Handled>> = deliveries.iter().map(|d| self.past_cap(d)).collect();
+        let run: Vec<&Delivery> = deliveries
+            .iter()
+            .zip(&past)
+            .filter(|(_, past)| past.is_none())
+            .map(|(d, _)| *d)
+            .collect();
+        let mut ran = match &self.handler {
+            _ if run.is_empty() => Vec::new(),
+            BoundHandler::Batch(call) => {
+                match self.limited(call(&run, publisher, &self.name)).await {
+                    Ok(handled) => handled,
+                    Err(limit) => vec![Handled::TimedOut(limit); run.len()],
+                }
+            }
+            BoundHandler::Single(call) => {
+                let mut out = Vec::with_capacity(run.len());
+                for d in &run {
+                    out.push(match self.limited(call(d, publisher, &self.name)).await {
+                        Ok(handled) => handled,
+                        Err(limit) => Handled::TimedOut(limit),
+                    });
+                }
+                out
+            }
+        }
+        .into_iter();
+        let handled: Vec<Handled> = past
+            .into_iter()
+            .map(|past| {
+                past.unwrap_or_else(|| {
+                    ran.next()
+                        .unwrap_or_else(|| Handled::NoOutcome("not handled".into()))
+                })
+            })
+            .collect();
+        deliveries
+            .iter()
+            .zip(handled)
+            .map(|(d, h)| {
+                let decision = self.decide(d, &h);
+                self.observe(d, &h, &decision);
+                (h, decision)
+            })
+            .collect()
+    }
+
+    fn observe(&self, delivery: &Delivery, handled: &Handled, decision: &Decision) {
+        if let Some(observer) = &self.observer {
+            observer.handled(&Handling {
+                registration: &self.name,
+                delivery,
+                handled,
+                decision,
+            });
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! Registrations: a descriptor (where messages come from), a handler, and the mount site's
+//! policy (cap, dead letter, retry target, concurrency). Plain data until the app starts.
+//!
+//! One file per concept; this file only names them:
+//!
+//! | file | holds |
+//! | --- | --- |
+//! | `descriptor.rs` | [`Descriptor`], [`DescriptorInfo`], [`PrefixedSubject`], subject prefixes |
+//! | `policy.rs` | [`Policy`], [`OnFailure`] |
+//! | `info.rs` | [`RegistrationInfo`] (what `describe` and the startup checks read) |
+//! | `schemas.rs` | [`Schemas`]: the payload's type and declared JSON Schemas |
+//! | `builder.rs` | [`Registration`] and its chain (`.max_attempts(..)`, `.dead_letter(..)`, ..) |
+//! | `call.rs` | how a registration calls its handler: decode, context, panics caught |
+//! | `endpoint.rs` | [`Endpoint`]: a registration bound to the app state, as a broker runs it |
+//! | `mount.rs` | [`Mount`], [`WithHandler`]: what `b.include(..)` takes |
+//!
+//! Dependencies run one way: `descriptor`, `policy`, `schemas` ← `info` ← `builder` ← `call`,
+//! `endpoint`, `mount`.
+
+mod builder;
+mod call;
+mod descriptor;
+mod endpoint;
+mod info;
+mod mount;
+mod policy;
+mod schemas;
+
+pub use self::builder::Registration;
+pub use self::descriptor::{DeliverPolicy, Descriptor, DescriptorInfo, PrefixedSubject};
+pub use self::endpoint::Endpoint;
+pub use self::info::{RegistrationInfo, policy_notes};
+pub use self::mount::{BatchMarker, Mount, SingleMarker, WithHandler};
+pub use self::policy::{OnFailure, Policy, UndecodablePolicy};
+pub use self::schemas::{SchemaFn, Schemas, schema_of};
+pub use crate::handled::Handled;

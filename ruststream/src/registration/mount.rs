@@ -1,0 +1,103 @@
+//! What `b.include(..)` mounts ([`Mount`]): a `#[subscriber]` function, or a descriptor paired
+//! with a manual handler ([`WithHandler`]).
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::DeserializeOwned;
+
+use super::builder::Registration;
+use super::descriptor::Descriptor;
+use crate::handler::{Handle, HandleBatch, Outs};
+
+/// A descriptor with a handler, ready to mount: `CoreSubject::new("orders.shipped").handler(Notify)`.
+pub struct WithHandler<D, H> {
+    descriptor: D,
+    handler: H,
+}
+
+impl<D, H> WithHandler<D, H> {
+    /// Pairs `descriptor` with `handler`.
+    pub fn new(descriptor: D, handler: H) -> Self {
+        Self {
+            descriptor,
+            handler,
+        }
+    }
+}
+
+impl<D: fmt::Debug, H> fmt::Debug for WithHandler<D, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WithHandler")
+            .field("descriptor", &self.descriptor)
+            .field("handler", &std::any::type_name::<H>())
+            .finish()
+    }
+}
+
+/// Something `b.include(..)` mounts: a `#[subscriber]` function, or a descriptor with a
+/// handler. `Marker` only tells the impls apart.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be mounted in an app whose state is `{S}`",
+    label = "not a subscriber of this app",
+    note = "mount an `async fn` marked `#[subscriber(..)]`, or a descriptor with a handler: `CoreSubject::new(\"subject\").handler(MyHandler)`",
+    note = "a manual handler implements `Handle<Payload, Outs, {S}>` for this app's state `{S}`, or for any state: `impl<S: Send + Sync + 'static> Handle<Payload, (), S> for MyHandler`"
+)]
+pub trait Mount<S, Marker>: Sized {
+    /// The registration.
+    fn mount(self) -> Registration<S>;
+}
+
+/// Marks a single-message manual handler mount.
+#[doc(hidden)]
+pub struct SingleMarker<In, O>(PhantomData<fn(In, O)>);
+/// Marks a batch manual handler mount.
+#[doc(hidden)]
+pub struct BatchMarker<In, O>(PhantomData<fn(In, O)>);
+
+// Not recommended: a failed mount shows `Mount`'s note, not these impls' bounds.
+#[diagnostic::do_not_recommend]
+impl<S, D, H, In, O> Mount<S, SingleMarker<In, O>> for WithHandler<D, H>
+where
+    S: Send + Sync + 'static,
+    D: Descriptor,
+    H: Handle<In, O, S>,
+    In: DeserializeOwned + Send + Sync + 'static,
+    O: Outs,
+{
+    fn mount(self) -> Registration<S> {
+        Registration::single(type_name_tail::<H>(), self.descriptor, self.handler)
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<S, D, H, In, O> Mount<S, BatchMarker<In, O>> for WithHandler<D, H>
+where
+    S: Send + Sync + 'static,
+    D: Descriptor,
+    H: HandleBatch<In, O, S>,
+    In: DeserializeOwned + Send + Sync + 'static,
+    O: Outs,
+{
+    fn mount(self) -> Registration<S> {
+        Registration::batch(type_name_tail::<H>(), self.descriptor, self.handler)
+    }
+}
+
+fn type_name_tail<T>() -> String {
+    let full = std::any::type_name::<T>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base).to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_handler_names_are_their_type_names() {
+        struct Notify;
+        assert_eq!(type_name_tail::<Notify>(), "Notify");
+        assert_eq!(type_name_tail::<Vec<u8>>(), "Vec");
+    }
+}
