@@ -532,8 +532,8 @@ async fn check_on_server(
                     info.name
                 ),
                 Err(err) => format!(
-                    "dead letters of registration `{}` go to `{dead_letter}`; whether a stream stores it is unknown: {}",
-                    info.name, err.message
+                    "dead letters of registration `{}` go to `{dead_letter}`; whether a stream stores it is unknown: {err}",
+                    info.name
                 ),
             });
         }
@@ -576,11 +576,9 @@ async fn check_on_server(
                 .map_err(|err| {
                     Error::new(
                         ErrorKind::Broker,
-                        format!(
-                            "registration `{name}` cannot read stream `{stream}`: {}",
-                            err.message
-                        ),
+                        format!("registration `{name}` cannot read stream `{stream}`"),
                     )
+                    .with_source(err)
                 })?;
             done.push(format!("registration `{name}`: {state}"));
         }
@@ -739,11 +737,9 @@ async fn open_from(
                 };
                 Error::new(
                     kind,
-                    format!(
-                        "registration `{name}` cannot read stream `{stream}`: {}",
-                        err.message
-                    ),
+                    format!("registration `{name}` cannot read stream `{stream}`"),
                 )
+                .with_source(err)
             })
         }
         DeliveryModel::Core => {
@@ -754,11 +750,9 @@ async fn open_from(
                 .map_err(|err| {
                     Error::new(
                         ErrorKind::Broker,
-                        format!(
-                            "registration `{name}` cannot subscribe to `{subject}`: {}",
-                            err.message
-                        ),
+                        format!("registration `{name}` cannot subscribe to `{subject}`"),
                     )
+                    .with_source(err)
                 })
         }
     }

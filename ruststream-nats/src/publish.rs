@@ -283,7 +283,7 @@ impl NatsPublisher {
                     TransportErrorKind::Invalid => PublishErrorKind::InvalidSubject,
                     _ => PublishErrorKind::Broker,
                 };
-                Err(PublishError::new(kind, &*subject).with_source(err.message))
+                Err(PublishError::new(kind, &*subject).with_source(err))
             }
         }
     }
@@ -305,7 +305,7 @@ fn not_stored(subject: &str, stream: &str, err: &TransportError) -> PublishError
         TransportErrorKind::TimedOut => {
             format!("stream `{stream}` did not confirm the message in time")
         }
-        _ => format!("stream `{stream}` refused the message: {}", err.message),
+        _ => format!("stream `{stream}` refused the message: {err}"),
     };
     PublishError::new(PublishErrorKind::NotStored, subject).with_source(why)
 }

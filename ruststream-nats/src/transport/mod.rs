@@ -37,8 +37,13 @@ pub struct RawMessage {
 }
 
 /// What went wrong on the wire.
+///
+/// Its `Display` is the message alone: the kind is for code to match on, not for people. The
+/// message is whole (it names the client's or the server's own words when there are any), so a
+/// `TransportError` is the last link of a chain: an error built on it keeps it as its
+/// `source()` and does not repeat its text.
 #[derive(Debug, thiserror::Error)]
-#[error("{kind:?}: {message}")]
+#[error("{message}")]
 pub struct TransportError {
     /// Broadly what.
     pub kind: TransportErrorKind,

@@ -296,7 +296,7 @@ impl Transport for NatsTransport {
             self.round_trip().await.map_err(|err| {
                 TransportError::new(
                     TransportErrorKind::Other,
-                    format!("cannot subscribe to `{subject}`: {}", err.message),
+                    format!("cannot subscribe to `{subject}`: {err}"),
                 )
             })?;
             if let Some(events) = &self.events {
