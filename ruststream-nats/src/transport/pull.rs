@@ -1,6 +1,11 @@
 //! A JetStream pull consumer, read continuously: pull requests published to
 //! `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>`, answered on one inbox.
 //!
+//! (Longer than 500 lines on purpose: it is one concept, the pull loop of one consumer, whose
+//! methods all read and change the same [`Puller`] fields; nearly a sixth of it is this
+//! documentation, the reasons behind each rule. Split into files, one state machine would be
+//! read in pieces.)
+//!
 //! async-nats's own continuous pull (`consumer.stream().messages()`, 0.51) counts a request's
 //! messages only once its background task reports the request sent; messages that arrive before
 //! that are lost to the count (it saturates at zero). It then waits for messages the server will
