@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use ruststream::Headers;
 
-use crate::descriptor::DeliverPolicy;
+use ruststream::registration::DeliverPolicy;
 
 /// A message as the wire handed it over.
 #[derive(Debug, Clone)]

@@ -7,8 +7,8 @@ use async_nats::jetstream::{self, consumer};
 
 use super::NatsTransport;
 use super::errors::{consumer_error, get_stream_error};
-use crate::descriptor::DeliverPolicy;
 use crate::transport::{ConsumerSpec, TransportError, TransportErrorKind};
+use ruststream::registration::DeliverPolicy;
 
 impl NatsTransport {
     /// Where the durable consumer `spec` stands: created, kept, updated, or in conflict.
