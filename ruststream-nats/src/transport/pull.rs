@@ -52,7 +52,7 @@
 //! no heartbeat (or, from some servers, "no responders"). So after a reconnection, and whenever
 //! the server was silent for two heartbeats, the puller asks the server whether the consumer
 //! still exists; when it does not (or its stream does not), the pull ends, and the runtime opens the consumer again (see
-//! `source.rs`) from where the registration stood. A server that refuses a request because too
+//! `source/`) from where the registration stood. A server that refuses a request because too
 //! many wait ("Exceeded MaxWaiting") is asked again after a pause, not at once.
 //!
 //! # Forged input
