@@ -63,7 +63,7 @@ pub(super) async fn open_from(
 ///
 /// `batch` is a batch handler's batch size; for a handler of single messages, no more than it
 /// handles at once (`concurrency`). The async-nats transport starts its lookahead there and
-/// sizes it to the handlers' measured pace (`transport/pull.rs`); the in-process NATS holds
+/// sizes it to the handlers' measured pace (`transport/nats/pull.rs`); the in-process NATS holds
 /// that many in the client.
 pub(super) fn consumer_spec(endpoint: &Endpoint) -> ConsumerSpec {
     let mut spec = crate::descriptor::consumer_spec(&endpoint.info().descriptor);

@@ -11,7 +11,6 @@
 #[cfg(feature = "embedded")]
 pub(crate) mod in_process;
 pub mod nats;
-mod pull;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! client's buffer (no task or channel in between, which cost more per message than the rest of
 //! the delivery path): the runtime asks for the next message only when a handler is free, and
 //! a batch handler finds what arrived together ready at once. A pull consumer is read by the
-//! puller of `transport/pull.rs`, which says how much it asks the server for. Stopping
+//! puller of `pull.rs`, which says how much it asks the server for. Stopping
 //! ([`Unsubscribe::stop`]) takes effect at the stream's next read, the same way for both:
 //!
 //! - Core: the subscription is drained (unsubscribed on the server); the messages the client
@@ -16,7 +16,7 @@
 //!
 //! One concept a file: `streams.rs` (listing, finding and declaring streams), `consumer.rs`
 //! (opening, resuming and checking pull consumers),
-//! `kv.rs` (key-value buckets), `reading.rs` (reading a subscription or a pull in the runtime's
+//! `kv.rs` (key-value buckets), `pull.rs` (the continuous pull of one consumer), `reading.rs` (reading a subscription or a pull in the runtime's
 //! task, and stopping it), `headers.rs` (headers to and from async-nats), `errors.rs` (async-nats
 //! errors as [`TransportError`]s). This file holds the transport and its `Transport` methods.
 
@@ -24,6 +24,7 @@ mod consumer;
 mod errors;
 mod headers;
 mod kv;
+mod pull;
 mod reading;
 mod streams;
 
@@ -38,8 +39,8 @@ use ruststream::Headers;
 
 use self::errors::{kv_error, stored_publish_error};
 pub use self::headers::{from_header_map, to_header_map};
+use self::pull::{Lookahead, Puller};
 use self::reading::{Pumped, raw, reading};
-use super::pull::{Lookahead, Puller};
 use super::{
     ConsumerSpec, KvEntry, RawMessage, StoredAck, StreamSpec, Subscription, Transport,
     TransportError, TransportErrorKind,
@@ -50,7 +51,7 @@ use crate::events::{Events, subscription_id};
 const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The most messages a registration of single messages keeps ahead of its handlers (a batch
-/// handler: its batch size, when larger). `transport/pull.rs` says how much it actually keeps.
+/// handler: its batch size, when larger). `pull.rs` says how much it actually keeps.
 const PULL_MAX: usize = 256;
 
 /// How long a confirmed settlement waits for the server's answer.

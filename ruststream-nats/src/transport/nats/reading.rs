@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 
 use super::from_header_map;
-use crate::transport::pull::Puller;
+use super::pull::Puller;
 use crate::transport::{RawMessage, Subscription, TransportError, Unsubscribe};
 
 pub(super) fn raw(message: async_nats::Message) -> RawMessage {

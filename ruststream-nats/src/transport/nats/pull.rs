@@ -86,8 +86,9 @@ use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use tokio::time::{Instant, Sleep};
 
-use super::{TransportError, TransportErrorKind};
+use super::errors::is_stream_not_found;
 use crate::jetstream_info::AckSubject;
+use crate::transport::{TransportError, TransportErrorKind};
 
 /// The longest idle heartbeat asked for: how soon a lost request is noticed.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -101,9 +102,6 @@ const MAX_WAITING_PAUSE: Duration = Duration::from_secs(1);
 
 /// The most often a warning about forged messages on the inbox is logged.
 pub(crate) const FORGED_WARNING_EVERY: Duration = Duration::from_secs(10);
-
-/// JetStream's error code for "stream not found".
-const STREAM_NOT_FOUND: u64 = 10059;
 
 /// The shortest stretch the handling rate is measured over.
 const RATE_WINDOW: Duration = Duration::from_millis(10);
@@ -372,7 +370,7 @@ impl Puller {
     /// Whether the consumer (or its stream) is gone, as the server says: the error that ends the
     /// pull. `None` when it exists or the server could not say.
     async fn gone(&self) -> Option<TransportError> {
-        use async_nats::jetstream::context::{ConsumerInfoErrorKind, GetStreamErrorKind};
+        use async_nats::jetstream::context::ConsumerInfoErrorKind;
         let gone = |what: String| {
             Some(TransportError::new(
                 TransportErrorKind::Other,
@@ -382,16 +380,10 @@ impl Puller {
         let js = async_nats::jetstream::new(self.client.clone());
         let stream = match js.get_stream(&self.stream).await {
             Ok(stream) => stream,
-            Err(err) => {
-                return match err.kind() {
-                    GetStreamErrorKind::JetStream(js)
-                        if js.error_code().0 == STREAM_NOT_FOUND || js.code() == 404 =>
-                    {
-                        gone(format!("stream `{}` does not exist any more", self.stream))
-                    }
-                    _ => None,
-                };
+            Err(err) if is_stream_not_found(&err) => {
+                return gone(format!("stream `{}` does not exist any more", self.stream));
             }
+            Err(_) => return None,
         };
         match stream.consumer_info(&self.consumer).await {
             Ok(_) => None,
