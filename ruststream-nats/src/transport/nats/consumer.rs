@@ -142,35 +142,13 @@ impl NatsTransport {
                 }
             },
         };
-        let mut conflicts = Vec::new();
-        if existing.config.filter_subject != filter {
-            conflicts.push(format!(
-                "filter subject `{}` (the descriptor reads `{filter}`)",
-                existing.config.filter_subject
-            ));
-        }
-        if existing.config.deliver_subject.is_some() {
-            conflicts
-                .push("a deliver subject (it is a push consumer; RustStream pulls)".to_owned());
-        }
-        if existing.config.ack_policy != consumer::AckPolicy::Explicit {
-            conflicts.push(format!(
-                "ack policy {:?} (RustStream settles each message: explicit)",
-                existing.config.ack_policy
-            ));
-        }
+        let conflicts = fixed_conflicts(&existing.config, filter, None);
         if conflicts.is_empty() {
             return Ok(format!(
                 "durable consumer `{durable}` exists and agrees with the descriptor"
             ));
         }
-        Err(TransportError::new(
-            TransportErrorKind::ConsumerConflict,
-            format!(
-                "durable consumer `{durable}` of stream `{stream}` exists with {}, which cannot be changed in place; delete it (`nats consumer rm {stream} {durable}`) or give the descriptor another `.durable(..)` name",
-                conflicts.join(" and ")
-            ),
-        ))
+        Err(conflict_error(stream, durable, &conflicts))
     }
 }
 
@@ -208,13 +186,6 @@ fn deliver_policy(policy: DeliverPolicy) -> (consumer::DeliverPolicy, &'static s
 /// Refuses an existing durable whose settings the server cannot change in place.
 fn check_immutable(spec: &ConsumerSpec, current: &consumer::Config) -> Result<(), TransportError> {
     let durable = spec.durable.as_deref().unwrap_or_default();
-    let mut conflicts = Vec::new();
-    if current.filter_subject != spec.filter_subject {
-        conflicts.push(format!(
-            "filter subject `{}` (the descriptor reads `{}`)",
-            current.filter_subject, spec.filter_subject
-        ));
-    }
     let (wanted, wanted_name) = deliver_policy(spec.deliver_policy);
     // A start sequence is where the runtime created the durable again after it vanished (or
     // where it asks one created again to start): the deliver policy only says where a new
@@ -223,12 +194,35 @@ fn check_immutable(spec: &ConsumerSpec, current: &consumer::Config) -> Result<()
         current.deliver_policy,
         consumer::DeliverPolicy::ByStartSequence { .. }
     ) || matches!(spec.deliver_policy, DeliverPolicy::ByStartSequence(_));
-    if current.deliver_policy != wanted && !resumed {
-        conflicts.push(format!(
+    let policy = (current.deliver_policy != wanted && !resumed).then(|| {
+        format!(
             "deliver policy {:?} (the descriptor asks for {wanted_name})",
             current.deliver_policy
+        )
+    });
+    let conflicts = fixed_conflicts(current, &spec.filter_subject, policy);
+    if conflicts.is_empty() {
+        return Ok(());
+    }
+    Err(conflict_error(&spec.stream, durable, &conflicts))
+}
+
+/// What an existing durable has that the server cannot change in place and that differs from
+/// what a registration reading `filter` needs: the filter subject, `policy` (the deliver
+/// policy, when the caller compares it), a deliver subject, the ack policy; in that order.
+fn fixed_conflicts(
+    current: &consumer::Config,
+    filter: &str,
+    policy: Option<String>,
+) -> Vec<String> {
+    let mut conflicts = Vec::new();
+    if current.filter_subject != filter {
+        conflicts.push(format!(
+            "filter subject `{}` (the descriptor reads `{filter}`)",
+            current.filter_subject
         ));
     }
+    conflicts.extend(policy);
     if current.deliver_subject.is_some() {
         conflicts.push("a deliver subject (it is a push consumer; RustStream pulls)".to_owned());
     }
@@ -238,15 +232,16 @@ fn check_immutable(spec: &ConsumerSpec, current: &consumer::Config) -> Result<()
             current.ack_policy
         ));
     }
-    if conflicts.is_empty() {
-        return Ok(());
-    }
-    Err(TransportError::new(
+    conflicts
+}
+
+/// A durable whose `conflicts` the server cannot change in place, and what to do about it.
+fn conflict_error(stream: &str, durable: &str, conflicts: &[String]) -> TransportError {
+    TransportError::new(
         TransportErrorKind::ConsumerConflict,
         format!(
-            "durable consumer `{durable}` of stream `{stream}` exists with {conflicts}, which cannot be changed in place; delete it (`nats consumer rm {stream} {durable}`) or give the descriptor another `.durable(..)` name",
-            stream = spec.stream,
-            conflicts = conflicts.join(" and "),
+            "durable consumer `{durable}` of stream `{stream}` exists with {}, which cannot be changed in place; delete it (`nats consumer rm {stream} {durable}`) or give the descriptor another `.durable(..)` name",
+            conflicts.join(" and ")
         ),
-    ))
+    )
 }
