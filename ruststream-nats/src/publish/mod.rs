@@ -147,13 +147,7 @@ impl NatsPublisher {
         origin: Option<Origin<'_>>,
     ) -> Result<Option<StoredAck>, PublishError> {
         let subject = Arc::clone(&message.subject);
-        if let Some(problem) = subject_problem(&subject, false) {
-            return Err(
-                PublishError::new(PublishErrorKind::InvalidSubject, &*subject).with_source(
-                    format!("`{subject}` is not a subject to publish to: {problem}"),
-                ),
-            );
-        }
+        refuse_invalid(&subject, "publish")?;
         self.relearn_if_due().await;
         if let Some(stream) = self.stored.stream_of(&subject) {
             if message.headers.get(MSG_ID_HEADER).is_none()
@@ -211,13 +205,7 @@ impl NatsPublisher {
         message: OutboundMessage,
     ) -> Result<StoredAck, PublishError> {
         let subject = Arc::clone(&message.subject);
-        if let Some(problem) = subject_problem(&subject, false) {
-            return Err(
-                PublishError::new(PublishErrorKind::InvalidSubject, &*subject).with_source(
-                    format!("`{subject}` is not a subject to publish to: {problem}"),
-                ),
-            );
-        }
+        refuse_invalid(&subject, "publish")?;
         self.relearn_if_due().await;
         let expectations: Vec<String> = message
             .headers
@@ -263,13 +251,7 @@ impl NatsPublisher {
         timeout: Duration,
     ) -> Result<Bytes, PublishError> {
         let subject = message.subject;
-        if let Some(problem) = subject_problem(&subject, false) {
-            return Err(
-                PublishError::new(PublishErrorKind::InvalidSubject, &*subject).with_source(
-                    format!("`{subject}` is not a subject to send a request to: {problem}"),
-                ),
-            );
-        }
+        refuse_invalid(&subject, "send a request")?;
         match self
             .transport
             .request(
@@ -301,6 +283,18 @@ async fn learn(transport: &dyn Transport, stored: &StoredSubjects) {
             %err,
             "cannot list the streams; outputs are Core publishes until the list is known"
         ),
+    }
+}
+
+/// Refuses a subject one cannot `what` to (publish, send a request): a pattern or a subject
+/// the NATS rules refuse (`crate::subject`).
+fn refuse_invalid(subject: &str, what: &str) -> Result<(), PublishError> {
+    match subject_problem(subject, false) {
+        Some(problem) => Err(PublishError::new(PublishErrorKind::InvalidSubject, subject)
+            .with_source(format!(
+                "`{subject}` is not a subject to {what} to: {problem}"
+            ))),
+        None => Ok(()),
     }
 }
 
