@@ -42,15 +42,7 @@ pub(super) async fn check_on_server(
         let Some(stream) = info.descriptor.stream.as_deref() else {
             continue;
         };
-        let exists = transport.stream_exists(stream).await.map_err(|err| {
-            Error::new(
-                ErrorKind::Broker,
-                format!(
-                    "cannot check stream `{stream}` of registration `{name}` (is JetStream enabled on the server?)"
-                ),
-            )
-            .with_source(err)
-        })?;
+        let exists = stream_exists(transport, stream, name).await?;
         if !exists {
             if declared.iter().any(|d| d.name == stream) {
                 done.push(format!(
@@ -125,6 +117,20 @@ pub(super) fn log_outputs(publisher: &NatsPublisher, endpoints: &[Endpoint]) {
     }
 }
 
+/// Whether stream `stream`, which registration `name` reads, exists; an error when the server
+/// cannot say.
+async fn stream_exists(transport: &dyn Transport, stream: &str, name: &str) -> Result<bool, Error> {
+    transport.stream_exists(stream).await.map_err(|err| {
+        Error::new(
+            ErrorKind::Broker,
+            format!(
+                "cannot check stream `{stream}` of registration `{name}` (is JetStream enabled on the server?)"
+            ),
+        )
+        .with_source(err)
+    })
+}
+
 /// Every stream a JetStream registration reads must exist.
 pub(super) async fn check_streams(
     transport: &dyn Transport,
@@ -138,16 +144,7 @@ pub(super) async fn check_streams(
         let Some(stream) = info.descriptor.stream.as_deref() else {
             continue;
         };
-        let exists = transport.stream_exists(stream).await.map_err(|err| {
-            Error::new(
-                ErrorKind::Broker,
-                format!(
-                    "cannot check stream `{stream}` of registration `{}` (is JetStream enabled on the server?)",
-                    info.name
-                ),
-            )
-            .with_source(err)
-        })?;
+        let exists = stream_exists(transport, stream, &info.name).await?;
         if !exists {
             let subject = &info.descriptor.subject;
             return Err(Error::new(
