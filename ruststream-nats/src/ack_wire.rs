@@ -22,7 +22,7 @@ pub(crate) const PROGRESS: &[u8] = b"+WPI";
 
 /// A settlement, as its wire form says (what the server reads from an acknowledgement).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // read by the in-process server
 pub(crate) enum AckWire {
     /// `+ACK` (also an empty payload and `+NXT`).
     Ack,

@@ -59,6 +59,7 @@ impl JetStreamInfo {
 }
 
 /// The prefix of every acknowledgement subject.
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the in-process server's
 pub(crate) const ACK_PREFIX: &str = "$JS.ACK.";
 
 /// An acknowledgement subject read in place: the one parser of its two forms, for
@@ -128,6 +129,7 @@ impl<'a> AckSubject<'a> {
 
 /// The acknowledgement subject of a delivery, in the form a server without a domain writes (the
 /// in-process server's deliveries); [`AckSubject::parse`] reads it back.
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the in-process server's
 pub(crate) fn ack_subject(
     stream: &str,
     consumer: &str,
