@@ -1,4 +1,8 @@
 //! The NATS subject rules a literal is checked against at compile time.
+//!
+//! A copy: the rules' home is `ruststream-nats/src/subject.rs`, which this proc-macro crate
+//! cannot depend on. Both are tested against one table, `ruststream-nats/src/subject/table.rs`,
+//! so the copy cannot drift from the rules the broker enforces.
 
 /// Why `subject` cannot be published to (or read as one subject), or `None` when it can.
 pub fn problem(subject: &str) -> Option<String> {
@@ -30,6 +34,21 @@ pub fn problem(subject: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::problem;
+
+    include!("../../ruststream-nats/src/subject/table.rs");
+
+    #[test]
+    fn every_row_of_the_shared_table() {
+        // A literal is one subject a message is published to (or read from as one subject).
+        for &(subject, publish, _pattern) in SUBJECT_TABLE {
+            assert_eq!(
+                problem(subject).is_none(),
+                publish,
+                "{subject:?}: {:?}",
+                problem(subject)
+            );
+        }
+    }
 
     #[test]
     fn plain_subjects_pass() {

@@ -96,10 +96,11 @@ pub(crate) async fn start(
             Error::new(
                 ErrorKind::Config,
                 format!(
-                    "cannot read the seed file {}: {err}; give --seed a file of `publish SUBJECT JSON` lines",
+                    "cannot read the seed file {}; give --seed a file of `publish SUBJECT JSON` lines",
                     path.display()
                 ),
             )
+            .with_source(err)
         })?),
         None => None,
     };

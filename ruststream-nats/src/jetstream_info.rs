@@ -44,6 +44,43 @@ pub struct JetStreamInfo {
 impl JetStreamInfo {
     /// Reads an acknowledgement subject; `None` when it is not one.
     pub fn parse(subject: &str) -> Option<Self> {
+        let ack = AckSubject::parse(subject)?;
+        Some(Self {
+            domain: ack.domain.map(str::to_owned),
+            stream: ack.stream.to_owned(),
+            consumer: ack.consumer.to_owned(),
+            delivered: ack.delivered,
+            stream_sequence: ack.stream_sequence,
+            consumer_sequence: ack.consumer_sequence,
+            timestamp: ack.timestamp,
+            pending: ack.pending,
+        })
+    }
+}
+
+/// The prefix of every acknowledgement subject.
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the in-process server's
+pub(crate) const ACK_PREFIX: &str = "$JS.ACK.";
+
+/// An acknowledgement subject read in place: the one parser of its two forms, for
+/// [`JetStreamInfo`], the pull's check that a message is a delivery of its consumer, and the
+/// in-process server's settlement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AckSubject<'a> {
+    /// The JetStream domain, when the subject names one (`_` means none).
+    pub(crate) domain: Option<&'a str>,
+    pub(crate) stream: &'a str,
+    pub(crate) consumer: &'a str,
+    pub(crate) delivered: u64,
+    pub(crate) stream_sequence: u64,
+    pub(crate) consumer_sequence: u64,
+    pub(crate) timestamp: u64,
+    pub(crate) pending: u64,
+}
+
+impl<'a> AckSubject<'a> {
+    /// Reads `subject`; `None` when it is not an acknowledgement subject.
+    pub(crate) fn parse(subject: &'a str) -> Option<Self> {
         // The first 11 tokens, and how many there are (read once per delivery: no allocation,
         // one pass over the bytes).
         let mut tokens = [""; 11];
@@ -66,7 +103,7 @@ impl JetStreamInfo {
             ("$JS", "ACK", 9) => (None, &tokens[2..9]),
             ("$JS", "ACK", count) if count >= 11 => {
                 let domain = tokens[2];
-                let domain = (domain != "_" && !domain.is_empty()).then(|| domain.to_owned());
+                let domain = (domain != "_" && !domain.is_empty()).then_some(domain);
                 (domain, &tokens[4..11])
             }
             _ => return None,
@@ -79,8 +116,8 @@ impl JetStreamInfo {
         }
         Some(Self {
             domain,
-            stream: (*stream).to_owned(),
-            consumer: (*consumer).to_owned(),
+            stream,
+            consumer,
             delivered: delivered.parse().ok()?,
             stream_sequence: sseq.parse().ok()?,
             consumer_sequence: cseq.parse().ok()?,
@@ -90,9 +127,45 @@ impl JetStreamInfo {
     }
 }
 
+/// The acknowledgement subject of a delivery, in the form a server without a domain writes (the
+/// in-process server's deliveries); [`AckSubject::parse`] reads it back.
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the in-process server's
+pub(crate) fn ack_subject(
+    stream: &str,
+    consumer: &str,
+    delivered: u64,
+    stream_sequence: u64,
+    consumer_sequence: u64,
+    timestamp_ns: u128,
+    pending: u64,
+) -> String {
+    format!(
+        "{ACK_PREFIX}{stream}.{consumer}.{delivered}.{stream_sequence}.{consumer_sequence}.{timestamp_ns}.{pending}"
+    )
+}
+
 #[cfg(test)]
 mod tests {
-    use super::JetStreamInfo;
+    use super::{AckSubject, JetStreamInfo, ack_subject};
+
+    #[test]
+    fn reads_back_what_it_writes() {
+        let subject = ack_subject("ORDERS", "worker", 3, 10, 12, 1_700_000_000_000_000_000, 4);
+        let ack = AckSubject::parse(&subject).expect("written by ack_subject");
+        assert_eq!(
+            (ack.domain, ack.stream, ack.consumer, ack.delivered),
+            (None, "ORDERS", "worker", 3)
+        );
+        assert_eq!(
+            (
+                ack.stream_sequence,
+                ack.consumer_sequence,
+                ack.timestamp,
+                ack.pending
+            ),
+            (10, 12, 1_700_000_000_000_000_000, 4)
+        );
+    }
 
     #[test]
     fn reads_the_v1_form() {

@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod ack_wire;
 mod broker;
 mod copies;
 pub mod descriptor;

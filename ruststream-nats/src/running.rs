@@ -69,16 +69,15 @@ impl RunningBroker for RunningNatsBroker {
             drop(transport);
             let flush_error = match flushed {
                 Ok(Ok(())) => None,
-                Ok(Err(err)) => Some(err.to_string()),
-                Err(_) => Some(format!("no answer within {FLUSH_TIMEOUT:?}")),
+                Ok(Err(err)) => Some(ruststream::BoxError::from(err)),
+                Err(_) => Some(format!("no answer within {FLUSH_TIMEOUT:?}").into()),
             };
             if let Some(err) = flush_error {
                 return Err(Error::new(
                     ErrorKind::Shutdown,
-                    format!(
-                        "the final flush to NATS failed ({err}); settlements sent during the drain may not have reached the server"
-                    ),
-                ));
+                    "the final flush to NATS failed; settlements sent during the drain may not have reached the server",
+                )
+                .with_source(err));
             }
             if abandoned > 0 {
                 return Err(Error::new(

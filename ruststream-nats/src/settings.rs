@@ -11,7 +11,7 @@ use crate::options::{SplitUrl, split_credentials};
 /// Older servers miss pull-request heartbeats and `-NAK` delays the runtime relies on. 2.9.x
 /// also has a defect a 2.10 server fixed: a delayed redelivery that comes due as the only
 /// waiting pull request expires is lost until `ack_wait` runs out (RustStream keeps a second
-/// request waiting before one expires, which avoids it; see `transport/pull.rs`).
+/// request waiting before one expires, which avoids it; see `transport/nats/pull.rs`).
 pub const MIN_SERVER_VERSION: (u64, u64, u64) = (2, 9, 10);
 
 /// The URL given to the app from outside (`--url`, `NATS_URL`), split from its credentials at

@@ -1,4 +1,11 @@
-//! NATS subject syntax: what a subject, a pattern and a stream or consumer name may look like.
+//! NATS subject syntax and matching: what a subject, a pattern and a stream or consumer name may
+//! look like, and which subjects a pattern matches. The one home of these rules: the broker's
+//! validation, the publisher and the in-process NATS all call it. (The macros crate checks
+//! literals at compile time with its own copy, tested against the same table,
+//! `subject/table.rs`.)
+//!
+//! A subject is dot-separated tokens, none empty, without whitespace. In a pattern, `*` matches
+//! exactly one token and `>` (only as the last token) one or more; both stand alone between dots.
 
 /// Why a subject is not valid, for an error message.
 pub(crate) fn subject_problem(subject: &str, pattern_allowed: bool) -> Option<String> {
@@ -86,9 +93,50 @@ pub(crate) fn matches(pattern: &str, subject: &str) -> bool {
     }
 }
 
+/// Whether some subject matches both patterns.
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the in-process server's
+pub(crate) fn overlaps(a: &str, b: &str) -> bool {
+    let mut a = a.split('.');
+    let mut b = b.split('.');
+    loop {
+        match (a.next(), b.next()) {
+            (Some(">"), Some(_)) | (Some(_), Some(">")) => return true,
+            (Some("*"), Some(_)) | (Some(_), Some("*")) => {}
+            (Some(x), Some(y)) if x == y => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    include!("subject/table.rs");
+
+    #[test]
+    fn every_row_of_the_shared_table() {
+        for &(subject, publish, pattern) in SUBJECT_TABLE {
+            assert_eq!(
+                subject_problem(subject, false).is_none(),
+                publish,
+                "{subject:?} to publish to: {:?}",
+                subject_problem(subject, false)
+            );
+            assert_eq!(
+                subject_problem(subject, true).is_none(),
+                pattern,
+                "{subject:?} as a pattern: {:?}",
+                subject_problem(subject, true)
+            );
+            assert_eq!(
+                is_pattern(subject) && pattern,
+                pattern && !publish,
+                "{subject:?}"
+            );
+        }
+    }
 
     #[test]
     fn subjects() {
@@ -164,5 +212,17 @@ mod tests {
         assert!(!matches("a.b", "a.c"));
         assert!(is_pattern("a.*"));
         assert!(!is_pattern("a.b*"));
+        assert!(matches("*.shipped", "orders.shipped"));
+        assert!(!matches("orders.*", "orders"));
+        assert!(matches(">", "anything.at.all"));
+    }
+
+    #[test]
+    fn patterns_overlap_when_one_subject_matches_both() {
+        assert!(overlaps("orders.*", "orders.shipped"));
+        assert!(overlaps("orders.>", "*.shipped.eu"));
+        assert!(overlaps("orders.*", "*.shipped"));
+        assert!(!overlaps("orders.*", "payments.*"));
+        assert!(!overlaps("orders.*", "orders.a.b"));
     }
 }

@@ -15,12 +15,11 @@ use std::future::Future;
 
 use ruststream::registration::Handled;
 use ruststream::settle::{Decision, Settle};
-use ruststream::telemetry::outcome_label;
+use ruststream::telemetry::{HandlerMetrics, outcome_label};
 use ruststream::{Delivery, Endpoint};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::executor::Executor;
 use crate::jetstream_info::JetStreamInfo;
 
 /// The span of one delivery, with the fields known before the handler runs.
@@ -72,11 +71,10 @@ fn sent(decision: &Decision) -> String {
 /// the registration's metrics; records the outcomes on the span.
 pub(crate) async fn observed(
     span: &tracing::Span,
-    executor: &Executor,
+    metrics: &HandlerMetrics,
     deliveries: usize,
     dispatch: impl Future<Output = Vec<(Handled, Decision)>>,
 ) -> Vec<(Handled, Decision)> {
-    let metrics = &executor.metrics;
     for _ in 0..deliveries {
         metrics.started();
     }

@@ -11,7 +11,6 @@
 #[cfg(feature = "embedded")]
 pub(crate) mod in_process;
 pub mod nats;
-mod pull;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +20,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use ruststream::Headers;
 
-use crate::descriptor::DeliverPolicy;
+use ruststream::registration::DeliverPolicy;
 
 /// A message as the wire handed it over.
 #[derive(Debug, Clone)]
@@ -37,8 +36,13 @@ pub struct RawMessage {
 }
 
 /// What went wrong on the wire.
+///
+/// Its `Display` is the message alone: the kind is for code to match on, not for people. The
+/// message is whole (it names the client's or the server's own words when there are any), so a
+/// `TransportError` is the last link of a chain: an error built on it keeps it as its
+/// `source()` and does not repeat its text.
 #[derive(Debug, thiserror::Error)]
-#[error("{kind:?}: {message}")]
+#[error("{message}")]
 pub struct TransportError {
     /// Broadly what.
     pub kind: TransportErrorKind,

@@ -18,19 +18,24 @@
 //!
 //! Every deadline is on tokio's clock, so under `#[tokio::test(start_paused = true)]` a 30 s
 //! delay passes as soon as nothing else can run.
+//!
+//! This file holds the handle and its `Transport` methods; `state/` the server's state and
+//! rules, `feed.rs` how the runtime reads and stops a subscription or pull (and the timer
+//! driver), `checks.rs` what is refused before anything happens, `kv.rs` key-value buckets,
+//! `facts.rs` what a test reads back.
 
+mod checks;
 mod facts;
+mod feed;
 mod kv;
 mod state;
-pub(crate) mod subject;
+#[cfg(test)]
+mod tests;
 
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::task::{Context as TaskContext, Poll};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::Stream;
 use futures::future::BoxFuture;
 use ruststream::Headers;
 use tokio::sync::Notify;
@@ -38,7 +43,10 @@ use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+pub use self::checks::MAX_PAYLOAD;
+use self::checks::{check_name, check_payload, check_subject};
 pub use self::facts::{ConsumerFacts, StoredMessage, StreamLimits};
+use self::feed::{Feed, Stop, drive};
 use self::state::{FeedKey, State};
 use super::{
     ConsumerSpec, KvEntry, MessageStream, RawMessage, StoredAck, StreamSpec, Transport,
@@ -221,114 +229,6 @@ impl InProcessNats {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// Fires the timers: sleeps until the next deadline (or a poke), moves what is due to the
-/// redelivery queues and delivers it. Ends when the server is gone.
-async fn drive(shared: Weak<Shared>, wake: Arc<Notify>) {
-    loop {
-        let next = {
-            let Some(shared) = shared.upgrade() else {
-                return;
-            };
-            let mut state = shared.lock();
-            state.fire_timers(Instant::now());
-            state.next_deadline()
-        };
-        match next {
-            Some(at) => {
-                tokio::select! {
-                    () = tokio::time::sleep_until(at) => {}
-                    () = wake.notified() => {}
-                }
-            }
-            None => wake.notified().await,
-        }
-    }
-}
-
-/// The messages of one subscription or pull, as the runtime reads them.
-struct Feed {
-    rx: UnboundedReceiver<RawMessage>,
-    shared: Arc<Shared>,
-    key: FeedKey,
-}
-
-impl Stream for Feed {
-    type Item = Result<RawMessage, TransportError>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(message)) => {
-                self.shared.lock().taken(&self.key);
-                self.shared.wake.notify_one();
-                Poll::Ready(Some(Ok(message)))
-            }
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-/// Stops one feed.
-struct Stop {
-    shared: Arc<Shared>,
-    key: FeedKey,
-}
-
-impl Unsubscribe for Stop {
-    fn stop(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            self.shared.lock().stop(&self.key);
-        })
-    }
-}
-
-fn check_subject(subject: &str, wildcards: bool) -> Result<(), TransportError> {
-    match subject::invalid(subject, wildcards) {
-        Some(why) => Err(TransportError::new(
-            TransportErrorKind::Invalid,
-            format!("`{subject}`: {why}"),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// The server's default `max_payload`: a message (headers and payload) larger than this is
-/// refused before it is sent.
-pub const MAX_PAYLOAD: usize = 1024 * 1024;
-
-fn check_payload(subject: &str, headers: &Headers, payload: &Bytes) -> Result<(), TransportError> {
-    // Headers travel as `NATS/1.0\r\n`, `name: value\r\n` each, and a blank line.
-    let header_len = if headers.is_empty() {
-        0
-    } else {
-        headers
-            .iter()
-            .map(|(n, v)| n.len() + v.len() + 4)
-            .sum::<usize>()
-            + 12
-    };
-    let size = header_len + payload.len();
-    if size > MAX_PAYLOAD {
-        return Err(TransportError::new(
-            TransportErrorKind::Refused,
-            format!(
-                "publishing to `{subject}` failed: the message is {size} bytes, more than the server's max_payload of {MAX_PAYLOAD} bytes"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-fn check_name(what: &str, name: &str) -> Result<(), TransportError> {
-    match subject::invalid_name(name) {
-        Some(why) => Err(TransportError::new(
-            TransportErrorKind::Invalid,
-            format!("{what} `{name}`: {why}"),
-        )),
-        None => Ok(()),
     }
 }
 

@@ -1,4 +1,13 @@
 //! `NatsBroker`: configuration recorded at build time; everything connects at startup.
+//!
+//! This file holds the broker, its builder methods and its `Broker` methods (validate, check,
+//! start). `connect.rs` makes the connection (and says why one failed), `checks.rs` holds the
+//! startup checks and notes made against the server, `opening.rs` opens a registration's
+//! subscription or pull consumer.
+
+mod checks;
+mod connect;
+mod opening;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -12,6 +21,8 @@ use ruststream::settle::DeliveryModel;
 use ruststream::{Broker, Endpoint, Env, Error, ErrorKind, RunningBroker};
 use tokio::sync::watch;
 
+use self::checks::{check_on_server, check_streams, log_outputs, warn_unstored_dead_letters};
+use self::opening::{batch_size, open, open_from};
 use crate::copies::{Copies, DEFAULT_MAX_DELAYED_COPIES};
 use crate::events::Events;
 use crate::executor::Executor;
@@ -20,10 +31,7 @@ use crate::publish::NatsPublisher;
 use crate::running::RunningNatsBroker;
 use crate::settings;
 use crate::source::{Reopen, Source};
-use crate::transport::nats::NatsTransport;
-use crate::transport::{
-    ConsumerSpec, StreamSpec, Subscription, Transport, TransportErrorKind, TransportOverride,
-};
+use crate::transport::{StreamSpec, Subscription, Transport, TransportOverride};
 use crate::validate::validate;
 
 /// A NATS server (Core and JetStream over one connection).
@@ -198,96 +206,6 @@ impl NatsBroker {
         });
         self
     }
-
-    /// Connects to the server at the URL `env` gives (`--url`, `NATS_URL`), else the one in the
-    /// code. async-nats is given the servers without credentials, and the credentials as
-    /// options: an outside URL's credentials replace the code's, its servers without any keep
-    /// the code's way of authenticating.
-    async fn connect(&self, env: &Env, events: Arc<Events>) -> Result<NatsTransport, Error> {
-        let (servers, url_problem, options, from) = match settings::given(env) {
-            Some((split, from)) => {
-                let mut options = self.options.clone();
-                if split.auth.is_some() {
-                    options.auth = split.auth;
-                }
-                (split.servers, split.problem, options, from)
-            }
-            None => (
-                self.servers.clone(),
-                self.url_problem.clone(),
-                self.options.clone(),
-                "the app's code",
-            ),
-        };
-        settings::check_url(&servers, from)?;
-        let address = servers.join(",");
-        if let Some(problem) = url_problem {
-            return Err(Error::new(
-                ErrorKind::Config,
-                format!("cannot connect to NATS at {address} (URL from {from}): {problem}"),
-            ));
-        }
-        tracing::info!(address = %address, from, "connecting to NATS (URL from {from})");
-        let mut built = options.build(&address).await?;
-        match options.subscription_capacity {
-            Some(0) => {
-                return Err(Error::new(
-                    ErrorKind::Config,
-                    "`.subscription_capacity(0)` leaves no room for a single message; give at least 1",
-                ));
-            }
-            Some(capacity) => built = built.subscription_capacity(capacity),
-            None => {}
-        }
-        let callback = Arc::clone(&events);
-        built = built.event_callback(move |event| {
-            let events = Arc::clone(&callback);
-            async move { events.on_event(event) }
-        });
-        let client = built
-            .connect(servers)
-            .await
-            .map_err(|err| connect_error(&address, &options, err))?;
-        let version = client.server_info().version;
-        tracing::info!(address = %address, server_version = %version, "connected to NATS");
-        if let Some(warning) = settings::version_warning(&version) {
-            tracing::warn!(address = %address, "{warning}");
-        }
-        Ok(NatsTransport::new(client).with_events(events))
-    }
-}
-
-/// Why connecting failed, naming the server (never a credential) and the likely fix.
-fn connect_error(
-    address: &str,
-    options: &ConnectionOptions,
-    err: async_nats::ConnectError,
-) -> Error {
-    use async_nats::ConnectErrorKind as Kind;
-    // rustls's refusals reach async-nats as I/O errors.
-    let shown = err.to_string().to_ascii_lowercase();
-    let tls = err.kind() == Kind::Tls
-        || ["certificate", "alert", "handshake", "tls"]
-            .iter()
-            .any(|word| shown.contains(word));
-    let fix = match err.kind() {
-        _ if tls => "the TLS handshake failed; check that the server's certificate is signed by the CA given with `.root_certificate(..)` and names the host of the URL, and, when the server asks for client certificates, that the one given with `.client_certificate(..)` is signed by a CA the server trusts".to_owned(),
-        Kind::AuthorizationViolation | Kind::Authentication => match &options.auth {
-            None => "the server asks for credentials and the app gives none; give them in the URL (`nats://user:password@host`), or with `.user_and_password(..)`, `.token(..)`, `.nkey(..)` or `.credentials_file(..)`".to_owned(),
-            Some(auth) => format!(
-                "the server refused the {}; check them against the server's configuration",
-                auth.what()
-            ),
-        },
-        Kind::TimedOut => "no answer in time; check that nats-server runs there, that the URL is right, or raise `.connection_timeout(..)`".to_owned(),
-        Kind::ServerParse => "the URL is not a NATS URL; write it like `nats://host:4222`".to_owned(),
-        _ => "check that nats-server runs there and the URL is right".to_owned(),
-    };
-    Error::new(
-        ErrorKind::Connect,
-        format!("cannot connect to NATS at {address}; {fix}"),
-    )
-    .with_source(err)
 }
 
 impl Broker for NatsBroker {
@@ -512,82 +430,6 @@ async fn start_embedded(
     ))
 }
 
-/// `check` against the server, changing nothing: every stream a JetStream registration reads
-/// exists or is declared, and every durable consumer that exists agrees with its descriptor.
-async fn check_on_server(
-    transport: &NatsTransport,
-    registrations: &[RegistrationInfo],
-    declared: &[StreamSpec],
-) -> Result<Vec<String>, Error> {
-    let mut done = Vec::new();
-    for info in registrations {
-        if let Some(dead_letter) = info.policy.dead_letter.as_deref() {
-            done.push(match transport.stream_by_subject(dead_letter).await {
-                Ok(Some(stream)) => format!(
-                    "dead letters of registration `{}` go to `{dead_letter}`, stored in stream `{stream}`",
-                    info.name
-                ),
-                Ok(None) => format!(
-                    "dead letters of registration `{}` go to `{dead_letter}`, which no stream stores: each is a Core publish that only a subscriber listening at that moment gets",
-                    info.name
-                ),
-                Err(err) => format!(
-                    "dead letters of registration `{}` go to `{dead_letter}`; whether a stream stores it is unknown: {}",
-                    info.name, err.message
-                ),
-            });
-        }
-        if info.descriptor.model != DeliveryModel::JetStream {
-            continue;
-        }
-        let name = &info.name;
-        let Some(stream) = info.descriptor.stream.as_deref() else {
-            continue;
-        };
-        let exists = transport.stream_exists(stream).await.map_err(|err| {
-            Error::new(
-                ErrorKind::Broker,
-                format!(
-                    "cannot check stream `{stream}` of registration `{name}` (is JetStream enabled on the server?)"
-                ),
-            )
-            .with_source(err)
-        })?;
-        if !exists {
-            if declared.iter().any(|d| d.name == stream) {
-                done.push(format!(
-                    "stream `{stream}` of registration `{name}` does not exist yet; the broker declares it at startup"
-                ));
-                continue;
-            }
-            let subject = &info.descriptor.subject;
-            return Err(Error::new(
-                ErrorKind::Broker,
-                format!(
-                    "registration `{name}` reads stream `{stream}`, which does not exist; create it with `nats stream add {stream} --subjects \"{subject}\"`, or declare it on the broker: `NatsBroker::new(url).declare_stream(\"{stream}\", [\"{subject}\"])`"
-                ),
-            ));
-        }
-        done.push(format!("stream `{stream}` of registration `{name}` exists"));
-        if let Some(durable) = info.descriptor.consumer.as_deref() {
-            let state = transport
-                .check_durable(stream, durable, &info.descriptor.subject)
-                .await
-                .map_err(|err| {
-                    Error::new(
-                        ErrorKind::Broker,
-                        format!(
-                            "registration `{name}` cannot read stream `{stream}`: {}",
-                            err.message
-                        ),
-                    )
-                })?;
-            done.push(format!("registration `{name}`: {state}"));
-        }
-    }
-    Ok(done)
-}
-
 /// A running broker with the publisher `ruststream_nats::NatsClient` reaches it through.
 struct WithPublisher {
     running: Box<dyn RunningBroker>,
@@ -602,188 +444,4 @@ impl RunningBroker for WithPublisher {
     fn publisher(&self) -> Option<Arc<dyn ruststream::Publish>> {
         Some(Arc::clone(&self.publisher) as Arc<dyn ruststream::Publish>)
     }
-}
-
-/// Says, for every registration, which of its outputs a stream stores (confirmed and
-/// deduplicated) and which are Core publishes; and warns when a Core retry copy goes to a
-/// subject a stream stores (the stream stores every copy as a new message).
-fn log_outputs(publisher: &NatsPublisher, endpoints: &[Endpoint]) {
-    for endpoint in endpoints {
-        let info = endpoint.info();
-        for subject in &info.publishes {
-            // A template (`orders.{tenant}.placed`): any value of each placeholder.
-            let any: String = subject
-                .split('.')
-                .map(|t| if t.starts_with('{') { "any" } else { t })
-                .collect::<Vec<_>>()
-                .join(".");
-            match publisher.stream_of(&any) {
-                Some(stream) => tracing::info!(
-                    registration = %info.name,
-                    output = subject,
-                    %stream,
-                    "output stored by stream `{stream}`: each publish waits for the stream's acknowledgement, and a redelivered input does not store it twice"
-                ),
-                None => tracing::info!(
-                    registration = %info.name,
-                    output = subject,
-                    "output stored by no stream: a Core publish, not confirmed"
-                ),
-            }
-        }
-        if info.descriptor.model == DeliveryModel::Core
-            && let Some(target) = info.copy_target()
-            && let Some(stream) = publisher.stream_of(target)
-        {
-            tracing::warn!(
-                registration = %info.name,
-                retry_to = target,
-                %stream,
-                "Core retry copies go to `{target}`, which stream `{stream}` stores: the stream keeps every copy as a new message, and every other subscriber sees it; set `.retry_to(\"a.subject.of.its.own\")` to keep copies apart (docs/at-most-once.md)"
-            );
-        }
-    }
-}
-
-/// Every stream a JetStream registration reads must exist.
-async fn check_streams(transport: &dyn Transport, endpoints: &[Endpoint]) -> Result<(), Error> {
-    for endpoint in endpoints {
-        let info = endpoint.info();
-        if info.descriptor.model != DeliveryModel::JetStream {
-            continue;
-        }
-        let Some(stream) = info.descriptor.stream.as_deref() else {
-            continue;
-        };
-        let exists = transport.stream_exists(stream).await.map_err(|err| {
-            Error::new(
-                ErrorKind::Broker,
-                format!(
-                    "cannot check stream `{stream}` of registration `{}` (is JetStream enabled on the server?)",
-                    info.name
-                ),
-            )
-            .with_source(err)
-        })?;
-        if !exists {
-            let subject = &info.descriptor.subject;
-            return Err(Error::new(
-                ErrorKind::Broker,
-                format!(
-                    "registration `{name}` reads stream `{stream}`, which does not exist; create it with `nats stream add {stream} --subjects \"{subject}\"`, or declare it on the broker: `NatsBroker::new(url).declare_stream(\"{stream}\", [\"{subject}\"])`",
-                    name = info.name,
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// A JetStream registration whose dead-letter subject no stream stores: the dead letter is a
-/// Core publish (confirmed by a flush) that only a subscriber listening at that moment
-/// receives, while the original is terminated. Said once at startup, as a warning; the app
-/// still starts, since a service listening on that subject is a legitimate design.
-async fn warn_unstored_dead_letters(transport: &dyn Transport, endpoints: &[Endpoint]) {
-    for endpoint in endpoints {
-        let info = endpoint.info();
-        if info.descriptor.model != DeliveryModel::JetStream {
-            continue;
-        }
-        let Some(dead_letter) = info.policy.dead_letter.as_deref() else {
-            continue;
-        };
-        match transport.stream_by_subject(dead_letter).await {
-            Ok(Some(_)) => {}
-            Ok(None) => tracing::warn!(
-                registration = %info.name,
-                dead_letter,
-                "no stream stores the dead-letter subject: a dead letter is a Core publish that only a subscriber listening at that moment receives, and the original is terminated all the same; store it in a stream (`nats stream add DEAD --subjects \"{dead_letter}\"`, or `.declare_stream(\"DEAD\", [\"{dead_letter}\"])` on the broker)"
-            ),
-            Err(err) => tracing::debug!(
-                registration = %info.name,
-                dead_letter,
-                %err,
-                "cannot ask which stream stores the dead-letter subject"
-            ),
-        }
-    }
-}
-
-/// Subscribes (Core) or opens the pull consumer (JetStream) of `endpoint`.
-async fn open(transport: &dyn Transport, endpoint: &Endpoint) -> Result<Subscription, Error> {
-    open_from(transport, endpoint, None).await
-}
-
-/// [`open`]; a JetStream consumer that has to be created starts at stream sequence `resume`
-/// when one is given (where the registration stood), not where the descriptor says.
-async fn open_from(
-    transport: &dyn Transport,
-    endpoint: &Endpoint,
-    resume: Option<u64>,
-) -> Result<Subscription, Error> {
-    let info = endpoint.info();
-    let name = &info.name;
-    match info.descriptor.model {
-        DeliveryModel::JetStream => {
-            let spec = consumer_spec(endpoint);
-            let stream = spec.stream.clone();
-            let consumed = match resume {
-                Some(start_sequence) => transport.resume(spec, start_sequence).await,
-                None => transport.consume(spec).await,
-            };
-            consumed.map_err(|err| {
-                let kind = match err.kind {
-                    TransportErrorKind::ConsumerConflict => ErrorKind::Broker,
-                    TransportErrorKind::Invalid => ErrorKind::Config,
-                    _ => ErrorKind::Broker,
-                };
-                Error::new(
-                    kind,
-                    format!(
-                        "registration `{name}` cannot read stream `{stream}`: {}",
-                        err.message
-                    ),
-                )
-            })
-        }
-        DeliveryModel::Core => {
-            let subject = info.descriptor.subject.clone();
-            transport
-                .subscribe(subject.clone(), info.descriptor.queue_group.clone())
-                .await
-                .map_err(|err| {
-                    Error::new(
-                        ErrorKind::Broker,
-                        format!(
-                            "registration `{name}` cannot subscribe to `{subject}`: {}",
-                            err.message
-                        ),
-                    )
-                })
-        }
-    }
-}
-
-/// The consumer a JetStream endpoint reads through, from its descriptor's facts.
-///
-/// `batch` is a batch handler's batch size; for a handler of single messages, no more than it
-/// handles at once (`concurrency`). The async-nats transport starts its lookahead there and
-/// sizes it to the handlers' measured pace (`transport/pull.rs`); the in-process NATS holds
-/// that many in the client.
-fn consumer_spec(endpoint: &Endpoint) -> ConsumerSpec {
-    let mut spec = crate::descriptor::consumer_spec(&endpoint.info().descriptor);
-    if !endpoint.is_batch() {
-        spec.batch = spec.batch.min(endpoint.policy().concurrency.get()).max(1);
-    }
-    spec
-}
-
-/// How many ready messages a batch handler takes at once.
-fn batch_size(endpoint: &Endpoint) -> usize {
-    endpoint
-        .info()
-        .descriptor
-        .batch
-        .unwrap_or(crate::descriptor::DEFAULT_BATCH)
-        .get()
 }

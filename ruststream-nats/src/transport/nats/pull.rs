@@ -1,6 +1,11 @@
 //! A JetStream pull consumer, read continuously: pull requests published to
 //! `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>`, answered on one inbox.
 //!
+//! (Longer than 500 lines on purpose: it is one concept, the pull loop of one consumer, whose
+//! methods all read and change the same [`Puller`] fields; nearly a sixth of it is this
+//! documentation, the reasons behind each rule. Split into files, one state machine would be
+//! read in pieces.)
+//!
 //! async-nats's own continuous pull (`consumer.stream().messages()`, 0.51) counts a request's
 //! messages only once its background task reports the request sent; messages that arrive before
 //! that are lost to the count (it saturates at zero). It then waits for messages the server will
@@ -47,7 +52,7 @@
 //! no heartbeat (or, from some servers, "no responders"). So after a reconnection, and whenever
 //! the server was silent for two heartbeats, the puller asks the server whether the consumer
 //! still exists; when it does not (or its stream does not), the pull ends, and the runtime opens the consumer again (see
-//! `source.rs`) from where the registration stood. A server that refuses a request because too
+//! `source/`) from where the registration stood. A server that refuses a request because too
 //! many wait ("Exceeded MaxWaiting") is asked again after a pause, not at once.
 //!
 //! # Forged input
@@ -81,8 +86,9 @@ use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 use tokio::time::{Instant, Sleep};
 
-use super::{TransportError, TransportErrorKind};
-use crate::JetStreamInfo;
+use super::errors::is_stream_not_found;
+use crate::jetstream_info::AckSubject;
+use crate::transport::{TransportError, TransportErrorKind};
 
 /// The longest idle heartbeat asked for: how soon a lost request is noticed.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -96,9 +102,6 @@ const MAX_WAITING_PAUSE: Duration = Duration::from_secs(1);
 
 /// The most often a warning about forged messages on the inbox is logged.
 pub(crate) const FORGED_WARNING_EVERY: Duration = Duration::from_secs(10);
-
-/// JetStream's error code for "stream not found".
-const STREAM_NOT_FOUND: u64 = 10059;
 
 /// The shortest stretch the handling rate is measured over.
 const RATE_WINDOW: Duration = Duration::from_millis(10);
@@ -367,7 +370,7 @@ impl Puller {
     /// Whether the consumer (or its stream) is gone, as the server says: the error that ends the
     /// pull. `None` when it exists or the server could not say.
     async fn gone(&self) -> Option<TransportError> {
-        use async_nats::jetstream::context::{ConsumerInfoErrorKind, GetStreamErrorKind};
+        use async_nats::jetstream::context::ConsumerInfoErrorKind;
         let gone = |what: String| {
             Some(TransportError::new(
                 TransportErrorKind::Other,
@@ -377,16 +380,10 @@ impl Puller {
         let js = async_nats::jetstream::new(self.client.clone());
         let stream = match js.get_stream(&self.stream).await {
             Ok(stream) => stream,
-            Err(err) => {
-                return match err.kind() {
-                    GetStreamErrorKind::JetStream(js)
-                        if js.error_code().0 == STREAM_NOT_FOUND || js.code() == 404 =>
-                    {
-                        gone(format!("stream `{}` does not exist any more", self.stream))
-                    }
-                    _ => None,
-                };
+            Err(err) if is_stream_not_found(&err) => {
+                return gone(format!("stream `{}` does not exist any more", self.stream));
             }
+            Err(_) => return None,
         };
         match stream.consumer_info(&self.consumer).await {
             Ok(_) => None,
@@ -417,8 +414,8 @@ impl Puller {
         let genuine = message
             .reply
             .as_deref()
-            .and_then(JetStreamInfo::parse)
-            .is_some_and(|info| info.stream == self.stream && info.consumer == self.consumer);
+            .and_then(AckSubject::parse)
+            .is_some_and(|ack| ack.stream == self.stream && ack.consumer == self.consumer);
         if genuine {
             return true;
         }

@@ -1,0 +1,351 @@
+//! What a handler publishes (a `reply` value, a `Publisher<T>` output, `ctx.publish(..)`).
+//!
+//! A subject no stream stores is a Core publish on the app's connection. A subject a stream
+//! stores is a JetStream publish that waits for the stream's acknowledgement: a refusal (limits
+//! with `discard: new`, a failed expectation) or a timeout is an error of kind
+//! [`PublishErrorKind::NotStored`], which makes the input a `retry()`. Which subjects are
+//! stored is learned from the server's stream list at startup and again every
+//! [`RELEARN_AFTER`], never asked per message.
+//!
+//! A stored output of a JetStream input carries a `Nats-Msg-Id` derived from the input (its
+//! stream and sequence, the registration, and which output of the handling it is): a
+//! redelivered input publishes the same ids, and the stream's duplicate window drops the second
+//! copies.
+//!
+//! `client.rs` holds [`NatsClient`] and [`StoredPublish`], the same publishing for code outside
+//! a handler.
+
+mod client;
+
+use std::any::Any;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use ruststream::{Origin, OutboundMessage, Publish, PublishError, PublishErrorKind};
+use tokio::time::Instant;
+
+use crate::JetStreamInfo;
+use crate::subject::{matches, subject_problem};
+use crate::transport::{StoredAck, StreamSpec, Transport, TransportError, TransportErrorKind};
+
+/// The header JetStream deduplicates on.
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+
+/// How old the list of streams may get before a publish asks for it again (in the background).
+pub const RELEARN_AFTER: Duration = Duration::from_secs(30);
+
+/// The message id of output `origin.output` of handling a JetStream delivery:
+/// `<stream>:<sequence>:<registration>:<output>`; `None` for a Core delivery, which has no
+/// identity to derive one from.
+pub fn output_message_id(origin: &Origin<'_>) -> Option<String> {
+    let info = origin.delivery.extension::<JetStreamInfo>()?;
+    Some(format!(
+        "{}:{}:{}:{}",
+        info.stream, info.stream_sequence, origin.registration, origin.output
+    ))
+}
+
+/// Which subjects the streams store, as last learned.
+#[derive(Debug, Default)]
+pub(crate) struct StoredSubjects {
+    /// Each stream's name and the subjects it stores.
+    streams: RwLock<Vec<(Arc<str>, Vec<String>)>>,
+    learned: Mutex<Option<Instant>>,
+}
+
+impl StoredSubjects {
+    /// The stream storing `subject`, if any.
+    pub(crate) fn stream_of(&self, subject: &str) -> Option<Arc<str>> {
+        let streams = self.streams.read().ok()?;
+        streams
+            .iter()
+            .find(|(_, subjects)| subjects.iter().any(|p| matches(p, subject)))
+            .map(|(name, _)| Arc::clone(name))
+    }
+
+    fn set(&self, streams: Vec<StreamSpec>) {
+        if let Ok(mut current) = self.streams.write() {
+            *current = streams
+                .into_iter()
+                .map(|s| (Arc::from(s.name), s.subjects))
+                .collect();
+        }
+    }
+
+    /// Whether the list is older than [`RELEARN_AFTER`] (`Some(true)`) or was never learned
+    /// (`Some(false)`); if so, marks it learned now (one caller relearns).
+    fn due(&self) -> Option<bool> {
+        let Ok(mut learned) = self.learned.lock() else {
+            return None;
+        };
+        let now = Instant::now();
+        match learned.replace(now) {
+            Some(at) if now.duration_since(at) < RELEARN_AFTER => {
+                *learned = Some(at);
+                None
+            }
+            Some(_) => Some(true),
+            None => Some(false),
+        }
+    }
+
+    fn forget(&self) {
+        if let Ok(mut learned) = self.learned.lock() {
+            *learned = None;
+        }
+    }
+}
+
+/// Publishes a handler's messages through the transport.
+#[derive(Clone)]
+pub(crate) struct NatsPublisher {
+    transport: Arc<dyn Transport>,
+    stored: Arc<StoredSubjects>,
+}
+
+impl NatsPublisher {
+    pub(crate) fn new(transport: Arc<dyn Transport>) -> Self {
+        Self {
+            transport,
+            stored: Arc::default(),
+        }
+    }
+
+    /// Learns which subjects the streams store. Without an answer (JetStream disabled, say),
+    /// every output stays a Core publish, as logged.
+    pub(crate) async fn learn(&self) {
+        self.stored.due();
+        learn(&*self.transport, &self.stored).await;
+    }
+
+    /// The stream storing `subject`, as last learned.
+    pub(crate) fn stream_of(&self, subject: &str) -> Option<Arc<str>> {
+        self.stored.stream_of(subject)
+    }
+
+    /// Learns the streams when never learned; relearns them in the background when the list
+    /// is old.
+    async fn relearn_if_due(&self) {
+        match self.stored.due() {
+            Some(false) => learn(&*self.transport, &self.stored).await,
+            Some(true) => {
+                let transport = Arc::clone(&self.transport);
+                let stored = Arc::clone(&self.stored);
+                tokio::spawn(async move { learn(&*transport, &stored).await });
+            }
+            None => {}
+        }
+    }
+
+    /// Publishes `message`: confirmed by its stream when one stores the subject (with the
+    /// message id derived from `origin`, when given), else a Core publish.
+    pub(crate) async fn send(
+        &self,
+        mut message: OutboundMessage,
+        origin: Option<Origin<'_>>,
+    ) -> Result<Option<StoredAck>, PublishError> {
+        let subject = Arc::clone(&message.subject);
+        refuse_invalid(&subject, "publish")?;
+        self.relearn_if_due().await;
+        if let Some(stream) = self.stored.stream_of(&subject) {
+            if message.headers.get(MSG_ID_HEADER).is_none()
+                && let Some(id) = origin.as_ref().and_then(output_message_id)
+            {
+                message.headers.insert(MSG_ID_HEADER, id);
+            }
+            match self
+                .transport
+                .publish_confirmed(
+                    Arc::clone(&subject),
+                    message.headers.clone(),
+                    message.payload.clone(),
+                )
+                .await
+            {
+                Ok(ack) => {
+                    ruststream::telemetry::published("stored");
+                    if ack.duplicate {
+                        tracing::debug!(
+                            subject = %subject,
+                            stream = %ack.stream,
+                            sequence = ack.sequence,
+                            msg_id = message.headers.get(MSG_ID_HEADER).unwrap_or_default(),
+                            "the stream already held this output (a redelivered input published it again); the copy was dropped"
+                        );
+                    }
+                    return Ok(Some(ack));
+                }
+                // The stream is gone since the list was learned: a Core publish, as for any
+                // subject no stream stores.
+                Err(err) if err.kind == TransportErrorKind::NoStream => {
+                    tracing::warn!(
+                        subject = %subject,
+                        %stream,
+                        "stream `{stream}` no longer stores the subject; published on Core NATS, unconfirmed"
+                    );
+                    self.stored.forget();
+                }
+                Err(err) => return Err(not_stored(&subject, &stream, &err)),
+            }
+        }
+        self.transport
+            .publish(Arc::clone(&subject), message.headers, message.payload)
+            .await
+            .map_err(|err| broker_error(&subject, err))?;
+        ruststream::telemetry::published("core");
+        Ok(None)
+    }
+
+    /// A JetStream publish whatever the list of streams says: the stream's acknowledgement,
+    /// or an error naming the stream and what it refused.
+    pub(crate) async fn send_stored(
+        &self,
+        message: OutboundMessage,
+    ) -> Result<StoredAck, PublishError> {
+        let subject = Arc::clone(&message.subject);
+        refuse_invalid(&subject, "publish")?;
+        self.relearn_if_due().await;
+        let expectations: Vec<String> = message
+            .headers
+            .iter()
+            .filter(|(name, _)| name.starts_with("Nats-Expected-"))
+            .map(|(name, value)| format!("{name}: {value}"))
+            .collect();
+        let stored = self
+            .transport
+            .publish_confirmed(Arc::clone(&subject), message.headers, message.payload)
+            .await;
+        if stored.is_ok() {
+            ruststream::telemetry::published("stored");
+        }
+        stored.map_err(|err| {
+            if err.kind == TransportErrorKind::NoStream {
+                return PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(
+                    format!("no stream stores `{subject}`: create one whose subjects match it"),
+                );
+            }
+            let stream = self
+                .stored
+                .stream_of(&subject)
+                .unwrap_or_else(|| Arc::from("(unknown)"));
+            let error = not_stored(&subject, &stream, &err);
+            if expectations.is_empty() || err.kind != TransportErrorKind::Refused {
+                return error;
+            }
+            PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(format!(
+                "{} (the publish expected {})",
+                error.cause().map(ToString::to_string).unwrap_or_default(),
+                expectations.join(", ")
+            ))
+        })
+    }
+
+    /// A Core request.
+    pub(crate) async fn ask(
+        &self,
+        message: OutboundMessage,
+        timeout: Duration,
+    ) -> Result<Bytes, PublishError> {
+        let subject = message.subject;
+        refuse_invalid(&subject, "send a request")?;
+        match self
+            .transport
+            .request(
+                Arc::clone(&subject),
+                message.headers,
+                message.payload,
+                timeout,
+            )
+            .await
+        {
+            Ok(response) => Ok(response.payload),
+            Err(err) => {
+                let kind = match err.kind {
+                    TransportErrorKind::NoResponders => PublishErrorKind::NoResponders,
+                    TransportErrorKind::TimedOut => PublishErrorKind::Timeout,
+                    TransportErrorKind::Invalid => PublishErrorKind::InvalidSubject,
+                    _ => PublishErrorKind::Broker,
+                };
+                Err(PublishError::new(kind, &*subject).with_source(err))
+            }
+        }
+    }
+}
+
+async fn learn(transport: &dyn Transport, stored: &StoredSubjects) {
+    match transport.streams().await {
+        Ok(streams) => stored.set(streams),
+        Err(err) => tracing::debug!(
+            %err,
+            "cannot list the streams; outputs are Core publishes until the list is known"
+        ),
+    }
+}
+
+/// Refuses a subject one cannot `what` to (publish, send a request): a pattern or a subject
+/// the NATS rules refuse (`crate::subject`).
+fn refuse_invalid(subject: &str, what: &str) -> Result<(), PublishError> {
+    match subject_problem(subject, false) {
+        Some(problem) => Err(PublishError::new(PublishErrorKind::InvalidSubject, subject)
+            .with_source(format!(
+                "`{subject}` is not a subject to {what} to: {problem}"
+            ))),
+        None => Ok(()),
+    }
+}
+
+/// A stream that did not confirm an output.
+fn not_stored(subject: &str, stream: &str, err: &TransportError) -> PublishError {
+    let why = match err.kind {
+        TransportErrorKind::TimedOut => {
+            format!("stream `{stream}` did not confirm the message in time")
+        }
+        _ => format!("stream `{stream}` refused the message: {err}"),
+    };
+    PublishError::new(PublishErrorKind::NotStored, subject).with_source(why)
+}
+
+fn broker_error(subject: &str, err: TransportError) -> PublishError {
+    let kind = match err.kind {
+        TransportErrorKind::Invalid => PublishErrorKind::InvalidSubject,
+        _ => PublishErrorKind::Broker,
+    };
+    PublishError::new(kind, subject).with_source(err)
+}
+
+impl Publish for NatsPublisher {
+    fn publish(&self, message: OutboundMessage) -> BoxFuture<'_, Result<(), PublishError>> {
+        Box::pin(async move { self.send(message, None).await.map(drop) })
+    }
+
+    fn publish_output<'a>(
+        &'a self,
+        message: OutboundMessage,
+        origin: Origin<'a>,
+    ) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(async move { self.send(message, Some(origin)).await.map(drop) })
+    }
+
+    fn request(
+        &self,
+        message: OutboundMessage,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Bytes, PublishError>> {
+        Box::pin(self.ask(message, timeout))
+    }
+
+    fn as_any(&self) -> Option<&(dyn Any + Send + Sync)> {
+        Some(self)
+    }
+
+    fn confirms(&self, subject: &str) -> bool {
+        self.stored.stream_of(subject).is_some()
+    }
+}
+
+pub use self::client::{NatsClient, StoredPublish};
+
+#[cfg(test)]
+mod tests;

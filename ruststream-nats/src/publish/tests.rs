@@ -1,0 +1,191 @@
+//! The publisher against a wire whose stream answers as the test says.
+
+use std::sync::Mutex;
+
+use ruststream::{Delivery, Headers};
+
+use super::*;
+use crate::transport::{ConsumerSpec, Subscription};
+
+/// A wire whose stream `OUT` stores `out.>` and answers stored publishes with `answer`.
+struct Wire {
+    answer: fn() -> Result<StoredAck, TransportError>,
+    sent: Mutex<Vec<(String, Headers)>>,
+}
+
+impl Transport for Wire {
+    fn publish(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        _payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        self.sent
+            .lock()
+            .expect("not poisoned")
+            .push((format!("core {subject}"), headers));
+        Box::pin(async { Ok(()) })
+    }
+
+    fn publish_stored(
+        &self,
+        _subject: Arc<str>,
+        _headers: Headers,
+        _payload: Bytes,
+    ) -> BoxFuture<'_, Result<u64, TransportError>> {
+        Box::pin(async { Err(TransportError::new(TransportErrorKind::Other, "unused")) })
+    }
+
+    fn publish_confirmed(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        _payload: Bytes,
+    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        self.sent
+            .lock()
+            .expect("not poisoned")
+            .push((format!("stored {subject}"), headers));
+        let answer = (self.answer)();
+        Box::pin(async move { answer })
+    }
+
+    fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
+        Box::pin(async {
+            Ok(vec![StreamSpec {
+                name: "OUT".into(),
+                subjects: vec!["out.>".into()],
+            }])
+        })
+    }
+
+    fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn subscribe(
+        &self,
+        _subject: String,
+        _queue_group: Option<String>,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async { Err(TransportError::new(TransportErrorKind::Other, "unused")) })
+    }
+
+    fn stream_exists(&self, _name: &str) -> BoxFuture<'_, Result<bool, TransportError>> {
+        Box::pin(async { Ok(true) })
+    }
+
+    fn declare_stream(&self, _spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn consume(&self, _spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async { Err(TransportError::new(TransportErrorKind::Other, "unused")) })
+    }
+}
+
+fn publisher(answer: fn() -> Result<StoredAck, TransportError>) -> (Arc<Wire>, NatsPublisher) {
+    let wire = Arc::new(Wire {
+        answer,
+        sent: Mutex::new(Vec::new()),
+    });
+    let publisher = NatsPublisher::new(Arc::clone(&wire) as Arc<dyn Transport>);
+    (wire, publisher)
+}
+
+fn jetstream_input() -> Delivery {
+    let mut delivery = Delivery::new("orders.placed", Bytes::from_static(b"{}"));
+    let info = JetStreamInfo::parse("$JS.ACK.ORDERS.worker.2.17.21.1700000000000000000.0")
+        .expect("an acknowledgement subject");
+    delivery.extensions_mut().insert(info);
+    delivery
+}
+
+fn message(subject: &str) -> OutboundMessage {
+    OutboundMessage::new(subject, Bytes::from_static(b"{}"))
+}
+
+#[tokio::test]
+async fn a_stored_output_carries_the_id_derived_from_its_input() {
+    let (wire, publisher) = publisher(|| {
+        Ok(StoredAck {
+            stream: "OUT".into(),
+            sequence: 1,
+            duplicate: false,
+        })
+    });
+    let input = jetstream_input();
+    let origin = Origin {
+        delivery: &input,
+        registration: "audit",
+        output: 1,
+    };
+    publisher
+        .publish_output(message("out.audited"), origin)
+        .await
+        .expect("stored");
+    publisher
+        .publish_output(message("elsewhere"), origin)
+        .await
+        .expect("published");
+    let sent = wire.sent.lock().expect("not poisoned").clone();
+    assert_eq!(sent[0].0, "stored out.audited");
+    assert_eq!(sent[0].1.get(MSG_ID_HEADER), Some("ORDERS:17:audit:1"));
+    assert_eq!(sent[1].0, "core elsewhere");
+    assert_eq!(
+        sent[1].1.get(MSG_ID_HEADER),
+        None,
+        "Core outputs carry no id"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_that_does_not_answer_in_time_is_not_stored_naming_the_stream() {
+    let (_wire, publisher) = publisher(|| {
+        Err(TransportError::new(
+            TransportErrorKind::TimedOut,
+            "timed out",
+        ))
+    });
+    let err = publisher
+        .publish(message("out.audited"))
+        .await
+        .expect_err("not confirmed");
+    assert_eq!(err.kind(), PublishErrorKind::NotStored);
+    assert!(
+        err.to_string()
+            .contains("stream `OUT` did not confirm the message in time"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_refusal_is_not_stored_with_the_reason() {
+    let (_wire, publisher) = publisher(|| {
+        Err(TransportError::new(
+            TransportErrorKind::Refused,
+            "maximum messages exceeded",
+        ))
+    });
+    let err = publisher
+        .publish(message("out.audited"))
+        .await
+        .expect_err("refused");
+    assert_eq!(err.kind(), PublishErrorKind::NotStored);
+    assert!(
+        err.to_string()
+            .contains("stream `OUT` refused the message: maximum messages exceeded"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_core_input_has_no_output_id() {
+    let input = Delivery::new("orders.placed", Bytes::from_static(b"{}"));
+    let origin = Origin {
+        delivery: &input,
+        registration: "audit",
+        output: 0,
+    };
+    assert_eq!(output_message_id(&origin), None);
+}

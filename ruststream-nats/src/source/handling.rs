@@ -1,0 +1,217 @@
+//! One unit's handling (a message, or a batch): the idempotency claim before the handler, the
+//! progress signals while it runs, and the settlement after, unless a later delivery of the
+//! same message was settled first.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ruststream::registration::Handled;
+use ruststream::settle::{Decision, DeliveryModel};
+use ruststream::{Delivery, Endpoint};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{Progress, Source};
+use crate::JetStreamInfo;
+use crate::executor::{Executor, Incoming};
+use crate::telemetry;
+
+impl Source {
+    /// Runs the handler on `unit` and executes the decisions.
+    pub(super) fn handle(&self, unit: Unit) -> impl Future<Output = ()> + Send + 'static {
+        let endpoint = self.endpoint.clone();
+        let executor = Arc::clone(&self.executor);
+        let publisher = Arc::clone(&self.publisher);
+        let progress = Arc::clone(&self.progress);
+        let idempotency = self.idempotency.clone();
+        async move {
+            let unit = unit.as_slice();
+            if endpoint.is_batch() {
+                let deliveries: Vec<&Delivery> = unit.iter().map(|i| &i.delivery).collect();
+                let dispatch = endpoint.dispatch_batch(&deliveries, &*publisher);
+                let span = telemetry::batch_span(&endpoint, &deliveries);
+                let dispatch = with_progress(&endpoint, &executor, unit, dispatch);
+                let decided =
+                    telemetry::observed(&span, &executor.metrics, unit.len(), dispatch).await;
+                for (incoming, (handled, decision)) in unit.iter().zip(decided) {
+                    settle(&executor, &progress, incoming, &handled, &decision)
+                        .instrument(span.clone())
+                        .await;
+                }
+            } else {
+                for incoming in unit {
+                    let claim = match &idempotency {
+                        Some(guard) => {
+                            match admit(guard, &endpoint, &executor, &progress, incoming).await {
+                                Some(claim) => claim,
+                                None => continue,
+                            }
+                        }
+                        None => None,
+                    };
+                    let dispatch = endpoint.dispatch(&incoming.delivery, &*publisher);
+                    let span = telemetry::delivery_span(&endpoint, &incoming.delivery);
+                    let one = std::slice::from_ref(incoming);
+                    let dispatch = with_progress(&endpoint, &executor, one, dispatch);
+                    let decided = telemetry::observed(&span, &executor.metrics, 1, async {
+                        vec![dispatch.await]
+                    });
+                    for (handled, decision) in decided.await {
+                        settle(&executor, &progress, incoming, &handled, &decision)
+                            .instrument(span.clone())
+                            .await;
+                        if let (Some(guard), Some((key, revision))) = (&idempotency, &claim) {
+                            guard
+                                .settled(key.clone(), *revision, &decision)
+                                .instrument(span.clone())
+                                .await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What one handler call takes: a message, or the messages of a batch.
+pub(super) enum Unit {
+    One(Incoming),
+    Batch(Vec<Incoming>),
+}
+
+impl Unit {
+    fn as_slice(&self) -> &[Incoming] {
+        match self {
+            Self::One(incoming) => std::slice::from_ref(incoming),
+            Self::Batch(unit) => unit,
+        }
+    }
+}
+
+/// Runs `handling`; while it runs, and for at most the registration's `progress_until`, tells
+/// the server every `ack_wait / 2` that each of `unit` is still being worked on (JetStream
+/// only).
+async fn with_progress<T>(
+    endpoint: &Endpoint,
+    executor: &Executor,
+    unit: &[Incoming],
+    handling: impl Future<Output = T>,
+) -> T {
+    let info = endpoint.info();
+    let (Some(deadline), Some(ack_wait), DeliveryModel::JetStream) = (
+        info.policy.progress_until,
+        info.descriptor.ack_wait,
+        info.descriptor.model,
+    ) else {
+        return handling.await;
+    };
+    let every = (ack_wait / 2).max(Duration::from_millis(10));
+    let started = Instant::now();
+    let until = started + deadline;
+    let mut ticks = tokio::time::interval_at(started + every, every);
+    tokio::pin!(handling);
+    loop {
+        tokio::select! {
+            biased;
+            done = &mut handling => return done,
+            at = ticks.tick(), if Instant::now() < until => {
+                if at < until {
+                    for incoming in unit {
+                        executor.in_progress(incoming).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Before an idempotent handler runs: `Some(Some((key, revision)))` when `incoming` holds the
+/// claim on its key, `Some(None)` when it has no key (it runs unguarded), `None` when it was
+/// settled here without running the handler (its key was handled, or is claimed).
+async fn admit(
+    guard: &crate::idempotency::Guard,
+    endpoint: &Endpoint,
+    executor: &Executor,
+    progress: &Progress,
+    incoming: &Incoming,
+) -> Option<Option<(String, u64)>> {
+    use crate::idempotency::Admission;
+    use ruststream::HandlerOutcome;
+    use ruststream::settle::{AckKind, Settle};
+    let key = match endpoint.idempotency_key(&incoming.delivery)? {
+        Ok(key) => key,
+        Err(why) => {
+            tracing::warn!(
+                registration = endpoint.name(),
+                subject = incoming.delivery.subject(),
+                why,
+                "the delivery has no idempotency key: its handler runs without the guard"
+            );
+            return Some(None);
+        }
+    };
+    let (handled, decision) = match guard.admit(&key).await {
+        Admission::Claimed { key, revision } => return Some(Some((key, revision))),
+        Admission::Handled => {
+            tracing::debug!(
+                registration = endpoint.name(),
+                key,
+                "the key was already handled: acknowledged without running the handler"
+            );
+            let handled = Handled::Outcome(HandlerOutcome::ack());
+            let decision = endpoint.decide(&incoming.delivery, &handled);
+            (handled, decision)
+        }
+        Admission::HeldBack(delay) => {
+            tracing::debug!(
+                registration = endpoint.name(),
+                key,
+                ?delay,
+                "the key is claimed by another delivery: held back"
+            );
+            let settle = match endpoint.info().descriptor.model {
+                DeliveryModel::JetStream => Settle::Send(AckKind::NakAfter(delay)),
+                DeliveryModel::Core => Settle::Nothing,
+            };
+            let decision = Decision {
+                dead_letter: false,
+                copy: None,
+                settle,
+            };
+            (
+                Handled::Outcome(HandlerOutcome::retry_after(delay)),
+                decision,
+            )
+        }
+    };
+    settle(executor, progress, incoming, &handled, &decision).await;
+    None
+}
+
+/// Executes `decision` for `incoming`, unless a later delivery of the same message was already
+/// settled here; then `incoming` no longer holds the registration's place in its stream.
+async fn settle(
+    executor: &Executor,
+    progress: &Progress,
+    incoming: &Incoming,
+    handled: &Handled,
+    decision: &Decision,
+) {
+    let info = incoming.delivery.extension::<JetStreamInfo>();
+    if let Some(info) = info
+        && progress.superseded(info.stream_sequence, info.delivered)
+    {
+        tracing::debug!(
+            subject = incoming.delivery.subject(),
+            stream_sequence = info.stream_sequence,
+            delivered = info.delivered,
+            "a later delivery of this message was already settled: this one's settlement is stale and not sent"
+        );
+    } else {
+        executor.execute(incoming, handled, decision).await;
+    }
+    if let Some(info) = info {
+        progress.settled(info.stream_sequence, info.delivered);
+    }
+}

@@ -1,0 +1,387 @@
+//! One source per registration: reads the wire's messages, turns each into a
+//! [`Delivery`](ruststream::Delivery), runs the handler with bounded concurrency and hands the
+//! decision to the [`Executor`].
+//!
+//! A source takes a message only once a handler slot is free (`policy.concurrency` of them), so
+//! the transport's flow control sees the service's real pace. A batch handler gets up to its
+//! batch size of messages that are ready at once. At concurrency 1 the handler runs in the
+//! source's own task (a task and a permit per message cost as much as the rest of the delivery
+//! path); above it, each unit is a task, so handlers run in parallel.
+//!
+//! On stop the source takes no new message, asks the transport to stop, and handles what the
+//! transport still hands over: a JetStream delivery pulled but not started is released with
+//! `-NAK` (delivered again at once, to whichever instance pulls); a Core message, the only copy
+//! there is, is handled. Then it waits for its handlers in flight until the drain deadline.
+//!
+//! # When the subscription ends
+//!
+//! A subscription ends when its consumer is gone (deleted by an operator, an ephemeral consumer
+//! the server forgot while the link was down, a memory stream lost in a restart) or the
+//! connection closed for good. The source then opens it again, with a pause that doubles from
+//! 250 ms up to 30 s between tries, until it opens or the app stops; a try that fails is logged
+//! as an error from the second one on (the registration handles nothing meanwhile).
+//!
+//! A JetStream consumer opened again starts where the registration stood, never from the start
+//! of the stream: at the lowest stream sequence it took and has not settled yet, or else one
+//! past the highest it took ([`Progress`]); a durable that still exists is used as it is.
+//!
+//! `incoming.rs` turns a wire message into a delivery; `handling.rs` handles one unit (the
+//! idempotency claim, progress signals, the settlement); `progress.rs` keeps where a JetStream
+//! registration stands.
+
+mod handling;
+mod incoming;
+mod progress;
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use ruststream::__private::panic_message;
+use ruststream::Endpoint;
+use ruststream::settle::DeliveryModel;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::{JoinError, JoinSet};
+use tokio::time::Instant;
+
+use self::handling::Unit;
+pub(crate) use self::incoming::incoming_capped;
+pub(crate) use self::progress::Progress;
+use crate::JetStreamInfo;
+use crate::executor::{Executor, Incoming};
+use crate::publish::NatsPublisher;
+use crate::transport::{MessageStream, RawMessage, Subscription, TransportError, Unsubscribe};
+
+/// How long a source waits after the transport reported an error, so a failing connection does
+/// not flood the logs.
+const ERROR_PAUSE: Duration = Duration::from_millis(250);
+
+/// The first pause before a subscription that ended is opened again; it doubles up to
+/// [`REOPEN_PAUSE_MAX`].
+const REOPEN_PAUSE: Duration = Duration::from_millis(250);
+const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(30);
+
+/// Opens a registration's subscription again after it ended; a JetStream consumer that has to
+/// be created again starts at the stream sequence given, when one is.
+pub(crate) type Reopen = Arc<
+    dyn Fn(Option<u64>) -> BoxFuture<'static, Result<Subscription, ruststream::Error>>
+        + Send
+        + Sync,
+>;
+
+/// `None` while running; the drain deadline once the broker is stopping.
+pub(crate) type StopSignal = watch::Receiver<Option<Instant>>;
+
+/// A registration's messages, its handler and what carries out its decisions.
+pub(crate) struct Source {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) messages: MessageStream,
+    pub(crate) unsubscribe: Box<dyn Unsubscribe>,
+    pub(crate) executor: Arc<Executor>,
+    pub(crate) publisher: Arc<NatsPublisher>,
+    pub(crate) stop: StopSignal,
+    pub(crate) reopen: Reopen,
+    /// How many ready messages one handler call takes: 1, or a batch handler's batch size.
+    pub(crate) batch: usize,
+    /// Where the registration stands in its stream (JetStream).
+    pub(crate) progress: Arc<Progress>,
+    /// The bucket of the keys handled, when the registration is idempotent.
+    pub(crate) idempotency: Option<Arc<crate::idempotency::Guard>>,
+}
+
+impl Source {
+    /// Runs until the broker stops; returns how many handlers were still running at the drain
+    /// deadline (abandoned, their deliveries unsettled).
+    pub(crate) async fn run(mut self) -> usize {
+        let model = self.endpoint.info().descriptor.model;
+        let permits = Arc::new(Semaphore::new(self.endpoint.policy().concurrency.get()));
+        let mut tasks = JoinSet::new();
+        let mut ended = false;
+        // Set up once for the whole run, not once per message.
+        let stopped = stopping(self.stop.clone());
+        tokio::pin!(stopped);
+        // One handler at a time: it runs in this task, without a task or a permit per message.
+        let inline = self.endpoint.policy().concurrency.get() == 1;
+        let deadline = loop {
+            let permit = if inline {
+                None
+            } else {
+                while let Some(result) = tasks.try_join_next() {
+                    joined(self.endpoint.name(), result);
+                }
+                let permit = tokio::select! {
+                    biased;
+                    deadline = &mut stopped => break deadline,
+                    permit = Arc::clone(&permits).acquire_owned() => permit,
+                };
+                let Ok(permit) = permit else {
+                    break (&mut stopped).await;
+                };
+                Some(permit)
+            };
+            let first = tokio::select! {
+                biased;
+                deadline = &mut stopped => break deadline,
+                first = self.first() => first,
+            };
+            if let Some(first) = first {
+                // Not cancelled: a message taken is always handled.
+                let unit = self.gather(first).await;
+                if let Some(permit) = permit {
+                    self.spawn(&mut tasks, unit, permit);
+                    continue;
+                }
+                let mut handling = Box::pin(AssertUnwindSafe(self.handle(unit)).catch_unwind());
+                tokio::select! {
+                    biased;
+                    done = &mut handling => {
+                        if let Err(panic) = done {
+                            tracing::error!(
+                                registration = self.endpoint.name(),
+                                panic = panic_message(&*panic),
+                                "settling a delivery panicked"
+                            );
+                        }
+                    }
+                    deadline = &mut stopped => {
+                        // Stopping: the handler finishes alongside the drain, as a task.
+                        let permit = Arc::clone(&permits).try_acquire_owned().ok();
+                        tasks.spawn(async move {
+                            let _permit = permit;
+                            if let Err(panic) = handling.await {
+                                std::panic::resume_unwind(panic);
+                            }
+                        });
+                        break deadline;
+                    }
+                }
+            } else {
+                drop(permit);
+                tracing::warn!(
+                    registration = self.endpoint.name(),
+                    subject = %self.endpoint.info().descriptor.subject,
+                    "the subscription ended (the consumer was deleted, or the connection closed); opening it again"
+                );
+                if let Some(deadline) = self.reopen_until_stopped(stopped.as_mut()).await {
+                    ended = true;
+                    break deadline;
+                }
+            }
+        };
+
+        if !ended {
+            if tokio::time::timeout_at(deadline, self.unsubscribe.stop())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    registration = self.endpoint.name(),
+                    "the subscription did not stop before the drain deadline"
+                );
+            }
+            self.leftovers(model, &permits, &mut tasks, deadline).await;
+        }
+
+        let registration = self.endpoint.name();
+        let finished = tokio::time::timeout_at(deadline, async {
+            while let Some(result) = tasks.join_next().await {
+                joined(registration, result);
+            }
+        })
+        .await;
+        if finished.is_ok() {
+            return 0;
+        }
+        let abandoned = tasks.len();
+        tasks.abort_all();
+        tracing::warn!(
+            registration = self.endpoint.name(),
+            abandoned,
+            "handlers still ran at the drain timeout and were abandoned; their deliveries are not settled (JetStream delivers them again after ack_wait)"
+        );
+        abandoned
+    }
+
+    /// Opens the subscription again, with a growing pause between tries, until it opens (`None`)
+    /// or the broker stops (its drain deadline).
+    async fn reopen_until_stopped(
+        &mut self,
+        mut stopped: Pin<&mut impl Future<Output = Instant>>,
+    ) -> Option<Instant> {
+        let mut pause = REOPEN_PAUSE;
+        let mut tries = 0_u32;
+        loop {
+            tokio::select! {
+                biased;
+                deadline = stopped.as_mut() => return Some(deadline),
+                () = tokio::time::sleep(pause) => {}
+            }
+            let reopened = tokio::select! {
+                biased;
+                deadline = stopped.as_mut() => return Some(deadline),
+                reopened = (self.reopen)(self.progress.resume()) => reopened,
+            };
+            match reopened {
+                Ok((messages, unsubscribe)) => {
+                    self.messages = messages;
+                    self.unsubscribe = unsubscribe;
+                    tracing::info!(registration = self.endpoint.name(), "subscribed again");
+                    return None;
+                }
+                Err(err) => {
+                    pause = (pause * 2).min(REOPEN_PAUSE_MAX);
+                    tries += 1;
+                    if tries == 1 {
+                        tracing::warn!(
+                            registration = self.endpoint.name(),
+                            %err,
+                            retry_in = ?pause,
+                            "cannot subscribe again"
+                        );
+                    } else {
+                        // Not a blip: the registration handles nothing until this works (a
+                        // deleted stream, JetStream turned off, a server still down).
+                        tracing::error!(
+                            registration = self.endpoint.name(),
+                            %err,
+                            tries,
+                            retry_in = ?pause,
+                            "the registration is not consuming: cannot subscribe again"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// What the transport hands over after the stop: JetStream deliveries are released, Core
+    /// messages handled.
+    async fn leftovers(
+        &mut self,
+        model: DeliveryModel,
+        permits: &Arc<Semaphore>,
+        tasks: &mut JoinSet<()>,
+        deadline: Instant,
+    ) {
+        loop {
+            let next = match tokio::time::timeout_at(deadline, self.messages.next()).await {
+                Ok(Some(next)) => next,
+                Ok(None) | Err(_) => return,
+            };
+            let raw = match next {
+                Ok(raw) => raw,
+                Err(err) => {
+                    tracing::debug!(registration = self.endpoint.name(), %err, "while stopping");
+                    continue;
+                }
+            };
+            let incoming = self.incoming(raw);
+            match model {
+                DeliveryModel::JetStream => self.executor.release(&incoming).await,
+                DeliveryModel::Core => {
+                    let permit =
+                        tokio::time::timeout_at(deadline, Arc::clone(permits).acquire_owned())
+                            .await;
+                    match permit {
+                        Ok(Ok(permit)) => self.spawn(tasks, Unit::One(incoming), permit),
+                        _ => {
+                            tracing::warn!(
+                                registration = self.endpoint.name(),
+                                "a Core message received before the stop was not handled: the drain timed out"
+                            );
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next message; `None` when the stream ended. Cancel-safe: a message is taken only
+    /// when this resolves.
+    async fn first(&mut self) -> Option<RawMessage> {
+        loop {
+            match self.messages.next().await? {
+                Ok(raw) => return Some(raw),
+                Err(err) => {
+                    self.transport_error(&err);
+                    tokio::time::sleep(ERROR_PAUSE).await;
+                }
+            }
+        }
+    }
+
+    /// `first`, and for a batch handler the messages ready with it, up to `batch`.
+    async fn gather(&mut self, first: RawMessage) -> Unit {
+        if self.batch <= 1 {
+            return Unit::One(self.incoming(first));
+        }
+        let mut unit = Vec::with_capacity(self.batch);
+        unit.push(self.incoming(first));
+        // The rest of a pull arrives together; let it reach the client.
+        tokio::task::yield_now().await;
+        while unit.len() < self.batch {
+            match self.messages.next().now_or_never() {
+                Some(Some(Ok(raw))) => unit.push(self.incoming(raw)),
+                Some(Some(Err(err))) => self.transport_error(&err),
+                Some(None) | None => break,
+            }
+        }
+        Unit::Batch(unit)
+    }
+
+    fn transport_error(&self, err: &TransportError) {
+        tracing::warn!(
+            registration = self.endpoint.name(),
+            subject = %self.endpoint.info().descriptor.subject,
+            %err,
+            "the subscription reported an error"
+        );
+    }
+
+    /// Runs the handler on `unit` and executes the decisions, holding `permit` throughout.
+    fn spawn(&self, tasks: &mut JoinSet<()>, unit: Unit, permit: OwnedSemaphorePermit) {
+        let handling = self.handle(unit);
+        tasks.spawn(async move {
+            let _permit = permit;
+            handling.await;
+        });
+    }
+
+    /// A message taken for handling (counted in the registration's [`Progress`]).
+    fn incoming(&self, raw: RawMessage) -> Incoming {
+        let incoming = incoming_capped(
+            raw,
+            self.endpoint.info().descriptor.model,
+            self.endpoint.name(),
+            self.endpoint.policy().max_attempts,
+        );
+        if let Some(info) = incoming.delivery.extension::<JetStreamInfo>() {
+            self.progress.taken(info.stream_sequence);
+        }
+        incoming
+    }
+}
+
+/// Logs a handler task that panicked outside the handler (the handler's own panics are caught
+/// and settled).
+fn joined(registration: &str, result: Result<(), JoinError>) {
+    if let Err(err) = result
+        && err.is_panic()
+    {
+        tracing::error!(registration, %err, "settling a delivery panicked");
+    }
+}
+
+/// Resolves with the drain deadline once the broker is stopping (at once when the broker is
+/// gone).
+async fn stopping(mut stop: StopSignal) -> Instant {
+    match stop.wait_for(Option::is_some).await {
+        Ok(deadline) => deadline.unwrap_or_else(Instant::now),
+        Err(_) => Instant::now(),
+    }
+}

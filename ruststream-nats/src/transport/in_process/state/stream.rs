@@ -1,0 +1,319 @@
+//! Streams in the emulated server: declaring them, storing what their subjects match (with
+//! deduplication, limits and `Nats-Expected-*` checks), and a JetStream publish's answer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ruststream::Headers;
+use tokio::time::Instant;
+
+use super::consumer::Consumer;
+use super::{State, Stored};
+use crate::subject::{matches, overlaps};
+use crate::transport::in_process::facts::{StoredMessage, StreamLimits};
+use crate::transport::{RawMessage, StoredAck, StreamSpec, TransportError, TransportErrorKind};
+
+/// The header a stream deduplicates on.
+const MSG_ID: &str = "Nats-Msg-Id";
+
+#[derive(Debug)]
+pub(super) struct Stream {
+    pub(super) subjects: Vec<String>,
+    pub(super) messages: BTreeMap<u64, Stored>,
+    pub(super) last_seq: u64,
+    pub(super) consumers: BTreeMap<String, Consumer>,
+    pub(super) limits: StreamLimits,
+    /// The `Nats-Msg-Id`s seen within the duplicate window: sequence, when.
+    pub(super) ids: HashMap<String, (u64, Instant)>,
+    /// The `Nats-Msg-Id` of the last message stored, if it had one.
+    pub(super) last_msg_id: Option<String>,
+}
+
+/// What a stream did with a message published to a subject it stores.
+#[derive(Debug)]
+pub(in crate::transport::in_process) enum Storing {
+    Stored(String, u64),
+    /// Dropped: the stream stored a message with the same id within its duplicate window.
+    Duplicate(String, u64),
+    /// Refused, and why (the server's words).
+    Refused(String, String),
+    /// No stream stores the subject.
+    Nowhere,
+}
+
+impl Stream {
+    /// The failed `Nats-Expected-*` check of `message`, in the server's words.
+    fn expectation_failed(&self, name: &str, message: &RawMessage) -> Option<String> {
+        let headers = &message.headers;
+        if let Some(expected) = headers.get("Nats-Expected-Stream")
+            && expected != name
+        {
+            return Some("expected stream does not match".to_owned());
+        }
+        if let Some(expected) = headers.get("Nats-Expected-Last-Sequence")
+            && expected.trim().parse::<u64>().ok() != Some(self.last_seq)
+        {
+            return Some(format!("wrong last sequence: {}", self.last_seq));
+        }
+        if let Some(expected) = headers.get("Nats-Expected-Last-Subject-Sequence") {
+            let last = self
+                .messages
+                .iter()
+                .rev()
+                .find(|(_, m)| m.subject == message.subject)
+                .map_or(0, |(seq, _)| *seq);
+            if expected.trim().parse::<u64>().ok() != Some(last) {
+                return Some(format!("wrong last sequence: {last}"));
+            }
+        }
+        if let Some(expected) = headers.get("Nats-Expected-Last-Msg-Id")
+            && self.last_msg_id.as_deref().unwrap_or_default() != expected
+        {
+            return Some(format!(
+                "wrong last msg ID: {}",
+                self.last_msg_id.as_deref().unwrap_or_default()
+            ));
+        }
+        None
+    }
+}
+
+impl State {
+    /// Publishes to a stream, as a JetStream publish does: stored and routed like any publish
+    /// when a stream stores the subject. Without one, the server has no responder: `NoStream`
+    /// when no one is subscribed (and nothing happened), else the subscribers got it and no
+    /// stream acknowledged it (a real client times out waiting).
+    pub(in crate::transport::in_process) fn publish_stored(
+        &mut self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+        now: Instant,
+    ) -> Result<u64, TransportError> {
+        self.publish_confirmed(subject, headers, payload, now)
+            .map(|ack| ack.sequence)
+    }
+
+    /// [`State::publish_stored`] with the whole acknowledgement: a refusal (limits with
+    /// `discard: new`, a failed `Nats-Expected-*` check) is `Refused`, a message id seen within
+    /// the duplicate window is acknowledged as a duplicate and not stored again.
+    pub(in crate::transport::in_process) fn publish_confirmed(
+        &mut self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+        now: Instant,
+    ) -> Result<StoredAck, TransportError> {
+        let message = RawMessage {
+            subject: Arc::clone(&subject),
+            reply: None,
+            headers,
+            payload,
+        };
+        if self.stream_storing(&subject).is_some() {
+            match self.publish_message(message, now) {
+                Storing::Stored(stream, sequence) => {
+                    return Ok(StoredAck {
+                        stream,
+                        sequence,
+                        duplicate: false,
+                    });
+                }
+                Storing::Duplicate(stream, sequence) => {
+                    return Ok(StoredAck {
+                        stream,
+                        sequence,
+                        duplicate: true,
+                    });
+                }
+                Storing::Refused(stream, why) => {
+                    return Err(TransportError::new(
+                        TransportErrorKind::Refused,
+                        format!("stored publish to `{subject}` failed: stream `{stream}`: {why}"),
+                    ));
+                }
+                Storing::Nowhere => {
+                    return Err(TransportError::new(
+                        TransportErrorKind::NoStream,
+                        format!("no stream stores `{subject}`: declare a stream with this subject"),
+                    ));
+                }
+            }
+        }
+        if !self.has_subscriber(&subject) {
+            return Err(TransportError::new(
+                TransportErrorKind::NoStream,
+                format!("no stream stores `{subject}`: declare a stream with this subject"),
+            ));
+        }
+        self.publish_message(message, now);
+        Err(TransportError::new(
+            TransportErrorKind::Other,
+            format!(
+                "no stream stores `{subject}`: its Core subscribers got the message, and no stream acknowledged it"
+            ),
+        ))
+    }
+
+    /// The stream whose subjects match `subject` (or overlap it, for a pattern).
+    pub(in crate::transport::in_process) fn stream_storing(&self, subject: &str) -> Option<String> {
+        self.streams
+            .iter()
+            .find(|(_, s)| s.subjects.iter().any(|p| overlaps(p, subject)))
+            .map(|(name, _)| name.clone())
+    }
+
+    pub(super) fn store(&mut self, message: &RawMessage, now: Instant) -> Storing {
+        let timestamp_ns = self.clock.now_ns();
+        let Some((name, stream)) = self
+            .streams
+            .iter_mut()
+            .find(|(_, s)| s.subjects.iter().any(|p| matches(p, &message.subject)))
+        else {
+            return Storing::Nowhere;
+        };
+        let name = name.clone();
+        let window = stream.limits.duplicate_window;
+        stream
+            .ids
+            .retain(|_, (_, at)| now.duration_since(*at) < window);
+        let msg_id = message.headers.get(MSG_ID).map(str::to_owned);
+        if let Some(id) = &msg_id
+            && let Some((seq, _)) = stream.ids.get(id)
+        {
+            return Storing::Duplicate(name, *seq);
+        }
+        if let Some(why) = stream.expectation_failed(&name, message) {
+            return Storing::Refused(name, why);
+        }
+        if let Some(max) = stream.limits.max_msgs
+            && u64::try_from(stream.messages.len()).unwrap_or(u64::MAX) >= max
+        {
+            if stream.limits.discard_new {
+                return Storing::Refused(name, "maximum messages exceeded".to_owned());
+            }
+            stream.messages.pop_first();
+        }
+        stream.last_seq += 1;
+        let seq = stream.last_seq;
+        stream.messages.insert(
+            seq,
+            Stored {
+                subject: Arc::clone(&message.subject),
+                headers: message.headers.clone(),
+                payload: message.payload.clone(),
+                timestamp_ns,
+            },
+        );
+        if let Some(id) = &msg_id {
+            stream.ids.insert(id.clone(), (seq, now));
+        }
+        stream.last_msg_id = msg_id;
+        self.pump_stream(&name);
+        Storing::Stored(name, seq)
+    }
+
+    /// Sets the limits of stream `name`; false without such a stream.
+    pub(in crate::transport::in_process) fn set_limits(
+        &mut self,
+        name: &str,
+        limits: StreamLimits,
+    ) -> bool {
+        self.activity += 1;
+        match self.streams.get_mut(name) {
+            Some(stream) => {
+                stream.limits = limits;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every stream with its subjects.
+    pub(in crate::transport::in_process) fn streams(&self) -> Vec<StreamSpec> {
+        self.streams
+            .iter()
+            .map(|(name, s)| StreamSpec {
+                name: name.clone(),
+                subjects: s.subjects.clone(),
+            })
+            .collect()
+    }
+
+    pub(in crate::transport::in_process) fn declare_stream(
+        &mut self,
+        spec: StreamSpec,
+    ) -> Result<(), TransportError> {
+        for (name, other) in &self.streams {
+            if *name == spec.name {
+                continue;
+            }
+            for mine in &spec.subjects {
+                if let Some(theirs) = other.subjects.iter().find(|s| overlaps(s, mine)) {
+                    return Err(TransportError::new(
+                        TransportErrorKind::Other,
+                        format!(
+                            "stream `{}`: subject `{mine}` overlaps `{theirs}` of stream `{name}`; a subject is stored by one stream",
+                            spec.name
+                        ),
+                    ));
+                }
+            }
+        }
+        self.activity += 1;
+        match self.streams.get_mut(&spec.name) {
+            Some(stream) => stream.subjects = spec.subjects,
+            None => {
+                self.streams.insert(
+                    spec.name,
+                    Stream {
+                        subjects: spec.subjects,
+                        messages: BTreeMap::new(),
+                        last_seq: 0,
+                        consumers: BTreeMap::new(),
+                        limits: StreamLimits::default(),
+                        ids: HashMap::new(),
+                        last_msg_id: None,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    pub(in crate::transport::in_process) fn stream_exists(&self, name: &str) -> bool {
+        self.streams.contains_key(name)
+    }
+
+    pub(in crate::transport::in_process) fn stream_names(&self) -> Vec<String> {
+        self.streams.keys().cloned().collect()
+    }
+
+    pub(in crate::transport::in_process) fn stream_subjects(
+        &self,
+        name: &str,
+    ) -> Option<Vec<String>> {
+        self.streams.get(name).map(|s| s.subjects.clone())
+    }
+
+    pub(in crate::transport::in_process) fn stream_messages(
+        &self,
+        name: &str,
+    ) -> Vec<StoredMessage> {
+        self.streams.get(name).map_or_else(Vec::new, |stream| {
+            stream
+                .messages
+                .iter()
+                .map(|(seq, m)| {
+                    StoredMessage::new(
+                        *seq,
+                        Arc::clone(&m.subject),
+                        m.headers.clone(),
+                        m.payload.clone(),
+                    )
+                })
+                .collect()
+        })
+    }
+}

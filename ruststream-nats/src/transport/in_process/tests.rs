@@ -1,0 +1,54 @@
+//! The in-process NATS refuses what the broker refuses: one set of subject rules.
+
+use std::sync::Arc;
+
+use ruststream::Headers;
+
+use super::InProcessNats;
+use crate::transport::{StreamSpec, Transport, TransportErrorKind};
+
+#[tokio::test(start_paused = true)]
+async fn a_token_mixing_a_wildcard_with_text_is_refused_as_the_broker_refuses_it() {
+    let nats = InProcessNats::new();
+    let Err(err) = nats.subscribe("orders.a*".into(), None).await else {
+        panic!("`orders.a*` was subscribed to; the broker refuses it");
+    };
+    assert_eq!(err.kind, TransportErrorKind::Invalid, "{err}");
+    let err = nats
+        .publish(Arc::from("orders.a>"), Headers::new(), "x".into())
+        .await
+        .expect_err("`orders.a>` was published to; the broker refuses it");
+    assert_eq!(err.kind, TransportErrorKind::Invalid, "{err}");
+    let err = nats
+        .declare_stream(StreamSpec {
+            name: "ORDERS".into(),
+            subjects: vec!["orders.a*".into()],
+        })
+        .await
+        .expect_err("a stream stored `orders.a*`; the broker refuses it");
+    assert_eq!(err.kind, TransportErrorKind::Invalid, "{err}");
+}
+
+include!("../../subject/table.rs");
+
+#[tokio::test(start_paused = true)]
+async fn every_row_of_the_shared_subject_table() {
+    let nats = InProcessNats::new();
+    for &(subject, publish, pattern) in SUBJECT_TABLE {
+        let published = nats
+            .publish(Arc::from(subject), Headers::new(), "x".into())
+            .await;
+        assert_eq!(
+            published.is_ok(),
+            publish,
+            "publish to {subject:?}: {published:?}"
+        );
+        let subscribed = nats.subscribe(subject.to_owned(), None).await;
+        assert_eq!(
+            subscribed.is_ok(),
+            pattern,
+            "subscribe to {subject:?}: {:?}",
+            subscribed.err()
+        );
+    }
+}

@@ -1,0 +1,479 @@
+//! The production transport: one async-nats client, for Core NATS and JetStream.
+//!
+//! A subscription or a pull consumer is read in the runtime's own task, straight from the
+//! client's buffer (no task or channel in between, which cost more per message than the rest of
+//! the delivery path): the runtime asks for the next message only when a handler is free, and
+//! a batch handler finds what arrived together ready at once. A pull consumer is read by the
+//! puller of `pull.rs`, which says how much it asks the server for. Stopping
+//! ([`Unsubscribe::stop`]) takes effect at the stream's next read, the same way for both:
+//!
+//! - Core: the subscription is drained (unsubscribed on the server); the messages the client
+//!   already received are still handed over, then the stream ends.
+//! - JetStream: the continuous pull stops and its inbox is closed; the messages already pulled
+//!   into the client are handed over, then the stream ends. They are deliveries like any other:
+//!   the runtime releases them with `-NAK` (and were it to drop them, the server would deliver
+//!   them again after `ack_wait`).
+//!
+//! One concept a file: `streams.rs` (listing, finding and declaring streams), `consumer.rs`
+//! (opening, resuming and checking pull consumers),
+//! `kv.rs` (key-value buckets), `pull.rs` (the continuous pull of one consumer), `reading.rs` (reading a subscription or a pull in the runtime's
+//! task, and stopping it), `headers.rs` (headers to and from async-nats), `errors.rs` (async-nats
+//! errors as [`TransportError`]s). This file holds the transport and its `Transport` methods.
+
+mod consumer;
+mod errors;
+mod headers;
+mod kv;
+mod pull;
+mod reading;
+mod streams;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use ruststream::Headers;
+
+use self::errors::{kv_error, stored_publish_error};
+pub use self::headers::{from_header_map, to_header_map};
+use self::pull::{Lookahead, Puller};
+use self::reading::{Pumped, raw, reading};
+use super::{
+    ConsumerSpec, KvEntry, RawMessage, StoredAck, StreamSpec, Subscription, Transport,
+    TransportError, TransportErrorKind,
+};
+use crate::events::{Events, subscription_id};
+
+/// How long [`NatsTransport::round_trip`] waits for the server.
+const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The most messages a registration of single messages keeps ahead of its handlers (a batch
+/// handler: its batch size, when larger). `pull.rs` says how much it actually keeps.
+const PULL_MAX: usize = 256;
+
+/// How long a confirmed settlement waits for the server's answer.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// [`Transport`] over one async-nats client: Core publishes and subscriptions, and JetStream
+/// (streams, pull consumers, stored publishes) on the same connection.
+#[derive(Clone)]
+pub struct NatsTransport {
+    client: async_nats::Client,
+    jetstream: jetstream::Context,
+    /// Where Core subscriptions are recorded, to name them when they drop messages.
+    events: Option<Arc<Events>>,
+    /// The key-value buckets opened so far, by name.
+    kv: Arc<tokio::sync::Mutex<std::collections::HashMap<String, jetstream::kv::Store>>>,
+}
+
+impl std::fmt::Debug for NatsTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsTransport")
+            .field("state", &self.client.connection_state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsTransport {
+    /// A transport over a connected client.
+    pub fn new(client: async_nats::Client) -> Self {
+        let jetstream = jetstream::new(client.clone());
+        Self {
+            client,
+            jetstream,
+            events: None,
+            kv: Arc::default(),
+        }
+    }
+
+    /// Records each Core subscription in `events`, which reports what it drops.
+    pub(crate) fn with_events(mut self, events: Arc<Events>) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// The client, for anything the transport does not cover.
+    pub fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
+    /// Waits until the server has processed everything this connection sent so far.
+    ///
+    /// The server reads one connection's commands in order, so a message this connection
+    /// publishes to a fresh inbox it subscribed to comes back only after every earlier command
+    /// (a `SUB`, say) was processed. A flush only says the bytes left the client. Unlike a
+    /// request to nobody, this is not fooled by another client listening on `>`.
+    async fn round_trip(&self) -> Result<(), TransportError> {
+        let failed = |what: &str, err: &dyn std::fmt::Display| {
+            TransportError::new(
+                TransportErrorKind::Other,
+                format!("the server did not confirm the subscription ({what}: {err})"),
+            )
+        };
+        let subject = self.client.new_inbox();
+        let mut echo = self
+            .client
+            .subscribe(subject.clone())
+            .await
+            .map_err(|err| failed("subscribe", &err))?;
+        self.client
+            .publish(subject, bytes::Bytes::new())
+            .await
+            .map_err(|err| failed("publish", &err))?;
+        self.client
+            .flush()
+            .await
+            .map_err(|err| failed("flush", &err))?;
+        let answered = tokio::time::timeout(ROUND_TRIP_TIMEOUT, echo.next()).await;
+        let _ = echo.unsubscribe().await;
+        match answered {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(failed("echo", &"the connection closed")),
+            Err(_) => Err(failed("echo", &"no answer in time")),
+        }
+    }
+
+    /// Publishes to a stream and waits for its acknowledgement: what both
+    /// [`Transport::publish_stored`] and [`Transport::publish_confirmed`] do. `headers` carry
+    /// the trace context already (taken when the publish is asked for, not when it is polled).
+    async fn stored(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> Result<StoredAck, TransportError> {
+        let headers = to_header_map(&headers)?;
+        let ack = self
+            .jetstream
+            .publish_with_headers(subject.to_string(), headers, payload)
+            .await
+            .map_err(|err| stored_publish_error(&subject, &err))?
+            .await
+            .map_err(|err| stored_publish_error(&subject, &err))?;
+        Ok(StoredAck {
+            stream: ack.stream,
+            sequence: ack.sequence,
+            duplicate: ack.duplicate,
+        })
+    }
+}
+
+impl Transport for NatsTransport {
+    fn publish(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let headers = crate::telemetry::with_context(headers);
+        Box::pin(async move {
+            // One copy of the subject (async-nats keeps it as bytes).
+            let target = async_nats::Subject::from(&*subject);
+            let result = if headers.is_empty() {
+                self.client.publish(target, payload).await
+            } else {
+                let headers = to_header_map(&headers)?;
+                self.client
+                    .publish_with_headers(target, headers, payload)
+                    .await
+            };
+            result.map_err(|err| {
+                let kind = match err.kind() {
+                    async_nats::client::PublishErrorKind::InvalidSubject => {
+                        TransportErrorKind::Invalid
+                    }
+                    async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
+                        TransportErrorKind::Refused
+                    }
+                    _ => TransportErrorKind::Other,
+                };
+                TransportError::new(kind, format!("publishing to `{subject}` failed: {err}"))
+            })
+        })
+    }
+
+    fn publish_stored(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<u64, TransportError>> {
+        let headers = crate::telemetry::with_context(headers);
+        Box::pin(async move {
+            let ack = self.stored(subject, headers, payload).await?;
+            Ok(ack.sequence)
+        })
+    }
+
+    fn publish_confirmed(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        let headers = crate::telemetry::with_context(headers);
+        Box::pin(self.stored(subject, headers, payload))
+    }
+
+    fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
+        Box::pin(self.list_streams())
+    }
+
+    fn request(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<RawMessage, TransportError>> {
+        let headers = crate::telemetry::with_context(headers);
+        Box::pin(async move {
+            let mut request = async_nats::Request::new()
+                .payload(payload)
+                .timeout(Some(timeout));
+            if !headers.is_empty() {
+                request = request.headers(to_header_map(&headers)?);
+            }
+            let response = self
+                .client
+                .send_request(subject.to_string(), request)
+                .await
+                .map_err(|err| {
+                    use async_nats::client::RequestErrorKind as K;
+                    let (kind, what) = match err.kind() {
+                        K::NoResponders => (
+                            TransportErrorKind::NoResponders,
+                            "nobody listens on it".to_owned(),
+                        ),
+                        K::TimedOut => (
+                            TransportErrorKind::TimedOut,
+                            format!("no response within {timeout:?}"),
+                        ),
+                        K::InvalidSubject => (TransportErrorKind::Invalid, err.to_string()),
+                        _ => (TransportErrorKind::Other, err.to_string()),
+                    };
+                    TransportError::new(kind, format!("the request to `{subject}` failed: {what}"))
+                })?;
+            Ok(raw(response))
+        })
+    }
+
+    fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            self.client.flush().await.map_err(|err| {
+                TransportError::new(TransportErrorKind::Other, format!("flush failed: {err}"))
+            })
+        })
+    }
+
+    fn subscribe(
+        &self,
+        subject: String,
+        queue_group: Option<String>,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async move {
+            let subscriber = match &queue_group {
+                Some(group) => {
+                    self.client
+                        .queue_subscribe(subject.clone(), group.clone())
+                        .await
+                }
+                None => self.client.subscribe(subject.clone()).await,
+            }
+            .map_err(|err| {
+                let kind = match err.kind() {
+                    async_nats::client::SubscribeErrorKind::InvalidSubject => {
+                        TransportErrorKind::Invalid
+                    }
+                    _ => TransportErrorKind::Other,
+                };
+                TransportError::new(kind, format!("cannot subscribe to `{subject}`: {err}"))
+            })?;
+            // The subscription is registered on the server before this returns: a message
+            // published afterwards, from any connection, reaches it.
+            self.round_trip().await.map_err(|err| {
+                TransportError::new(
+                    TransportErrorKind::Other,
+                    format!("cannot subscribe to `{subject}`: {err}"),
+                )
+            })?;
+            if let Some(events) = &self.events {
+                match subscription_id(&subscriber) {
+                    Some(sid) => events.subscribed(sid, &subject, queue_group.as_deref()),
+                    None => tracing::debug!(
+                        subject = %subject,
+                        "the subscription's id is unknown: messages it drops are not counted"
+                    ),
+                }
+            }
+            Ok(reading(Pumped::Core(subscriber)))
+        })
+    }
+
+    fn stream_exists(&self, name: &str) -> BoxFuture<'_, Result<bool, TransportError>> {
+        let name = name.to_owned();
+        Box::pin(async move { self.has_stream(&name).await })
+    }
+
+    fn stream_by_subject(
+        &self,
+        subject: &str,
+    ) -> BoxFuture<'_, Result<Option<String>, TransportError>> {
+        let subject = subject.to_owned();
+        Box::pin(async move { self.storing(&subject).await })
+    }
+
+    fn declare_stream(&self, spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(self.declare(spec))
+    }
+
+    fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async move {
+            let consumer = self.open_consumer(&spec).await?;
+            let info = consumer.cached_info();
+            let lookahead = Lookahead {
+                start: spec.batch,
+                max: spec.batch.max(PULL_MAX),
+                ack_wait: spec.ack_wait,
+                expires: spec.expires,
+            };
+            let puller = Puller::open(
+                self.client.clone(),
+                &info.stream_name,
+                &info.name,
+                lookahead,
+            )
+            .await?;
+            Ok(reading(Pumped::Pull(Box::new(puller))))
+        })
+    }
+
+    fn settle_confirmed(
+        &self,
+        subject: Arc<str>,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            let target = async_nats::Subject::from(&*subject);
+            let asked = tokio::time::timeout(CONFIRM_TIMEOUT, self.client.request(target, payload));
+            match asked.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(err)) => Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!("the server did not confirm the settlement on `{subject}`: {err}"),
+                )),
+                Err(_) => Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!(
+                        "the server did not confirm the settlement on `{subject}` within {CONFIRM_TIMEOUT:?}"
+                    ),
+                )),
+            }
+        })
+    }
+
+    fn resume(
+        &self,
+        spec: ConsumerSpec,
+        start_sequence: u64,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async move {
+            let deliver_policy = self.resume_policy(&spec, start_sequence).await;
+            tracing::info!(
+                stream = %spec.stream,
+                consumer = spec.durable.as_deref().unwrap_or("(ephemeral)"),
+                ?deliver_policy,
+                "opening the consumer again from where the registration stood"
+            );
+            self.consume(ConsumerSpec {
+                deliver_policy,
+                ..spec
+            })
+            .await
+        })
+    }
+
+    fn kv_bucket(
+        &self,
+        bucket: String,
+        max_age: Duration,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move { self.kv_store(&bucket, Some(max_age)).await.map(drop) })
+    }
+
+    fn kv_get(
+        &self,
+        bucket: String,
+        key: String,
+    ) -> BoxFuture<'_, Result<Option<KvEntry>, TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            let entry = store
+                .entry(key.as_str())
+                .await
+                .map_err(|err| kv_error(&bucket, &key, "read", &err))?;
+            Ok(entry
+                .filter(|e| e.operation == jetstream::kv::Operation::Put)
+                .map(|e| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos());
+                    let written = u128::try_from(e.created.unix_timestamp_nanos()).unwrap_or(0);
+                    let age = u64::try_from(now.saturating_sub(written)).unwrap_or(u64::MAX);
+                    KvEntry {
+                        value: e.value,
+                        revision: e.revision,
+                        age: Duration::from_nanos(age),
+                    }
+                }))
+        })
+    }
+
+    fn kv_create(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            match store.create(key.as_str(), value).await {
+                Ok(revision) => Ok(Some(revision)),
+                Err(err) if err.kind() == jetstream::kv::CreateErrorKind::AlreadyExists => Ok(None),
+                Err(err) => Err(kv_error(&bucket, &key, "create", &err)),
+            }
+        })
+    }
+
+    fn kv_update(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+        revision: u64,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            match store.update(key.as_str(), value, revision).await {
+                Ok(revision) => Ok(Some(revision)),
+                Err(err) if err.kind() == jetstream::kv::UpdateErrorKind::WrongLastRevision => {
+                    Ok(None)
+                }
+                Err(err) => Err(kv_error(&bucket, &key, "update", &err)),
+            }
+        })
+    }
+
+    fn kv_delete(&self, bucket: String, key: String) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            store
+                .delete(key.as_str())
+                .await
+                .map_err(|err| kv_error(&bucket, &key, "delete", &err))
+        })
+    }
+}

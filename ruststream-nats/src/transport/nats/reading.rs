@@ -1,0 +1,146 @@
+//! Reading a Core subscription or a pull consumer in the runtime's own task, and stopping it:
+//! the stream ends after what the client already holds is handed over.
+
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use tokio::sync::oneshot;
+
+use super::from_header_map;
+use super::pull::Puller;
+use crate::transport::{RawMessage, Subscription, TransportError, Unsubscribe};
+
+pub(super) fn raw(message: async_nats::Message) -> RawMessage {
+    RawMessage {
+        subject: Arc::from(message.subject.as_str()),
+        reply: message.reply.map(|reply| Arc::from(reply.as_str())),
+        headers: from_header_map(message.headers.as_ref()),
+        payload: message.payload,
+    }
+}
+
+/// What a subscription reads from.
+pub(super) enum Pumped {
+    Core(async_nats::Subscriber),
+    Pull(Box<Puller>),
+}
+
+type Item = Result<RawMessage, TransportError>;
+
+/// `source`'s messages, read in the reader's own task (no task or channel in between): a message
+/// leaves the client only when the runtime asks for the next one, which it does when a handler
+/// is free.
+pub(super) fn reading(source: Pumped) -> Subscription {
+    let (stop, stopped) = oneshot::channel();
+    let state = Reading::Running {
+        source,
+        stop: stopped,
+        subject: None,
+    };
+    (
+        futures::stream::unfold(state, Reading::step).boxed(),
+        Box::new(StopReading {
+            request: Mutex::new(Some(stop)),
+        }),
+    )
+}
+
+/// Asks the stream to stop taking new messages: it does at its next read (the runtime reads
+/// on at once, to hand over what the client still holds).
+struct StopReading {
+    request: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Unsubscribe for StopReading {
+    fn stop(&self) -> BoxFuture<'_, ()> {
+        if let Some(request) = self.request.lock().ok().and_then(|mut r| r.take()) {
+            // An error means the stream is gone: it takes nothing either way.
+            let _ = request.send(());
+        }
+        Box::pin(std::future::ready(()))
+    }
+}
+
+enum Reading {
+    Running {
+        source: Pumped,
+        stop: oneshot::Receiver<()>,
+        /// The last message's subject: the next one's too, most of the time (shared, not
+        /// copied again).
+        subject: Option<Arc<str>>,
+    },
+    /// Stopped: the last messages of a drained Core subscription.
+    Draining(async_nats::Subscriber),
+    /// Stopped: what a pull had already brought into the client.
+    Leftovers(std::vec::IntoIter<async_nats::Message>),
+}
+
+impl Reading {
+    async fn step(mut self) -> Option<(Item, Self)> {
+        loop {
+            self = match self {
+                Self::Running {
+                    mut source,
+                    mut stop,
+                    mut subject,
+                } => {
+                    tokio::select! {
+                        biased;
+                        // Asked to stop, or the handle is gone.
+                        _ = &mut stop => Self::stopped(source).await,
+                        item = next(&mut source) => {
+                            let item = item?.map(|message| raw_sharing(message, &mut subject));
+                            return Some((item, Self::Running { source, stop, subject }));
+                        }
+                    }
+                }
+                Self::Draining(mut subscriber) => {
+                    let message = subscriber.next().await?;
+                    return Some((Ok(raw(message)), Self::Draining(subscriber)));
+                }
+                Self::Leftovers(mut rest) => {
+                    let message = rest.next()?;
+                    return Some((Ok(raw(message)), Self::Leftovers(rest)));
+                }
+            };
+        }
+    }
+
+    /// Takes no new messages from `source`; what the client already holds is still handed
+    /// over.
+    async fn stopped(source: Pumped) -> Self {
+        match source {
+            Pumped::Core(mut subscriber) => {
+                if let Err(err) = subscriber.drain().await {
+                    // The connection is gone, and with it the subscription: the stream ends.
+                    tracing::debug!(%err, "draining a subscription failed");
+                }
+                Self::Draining(subscriber)
+            }
+            // Nothing more is asked for; the inbox closes with the puller.
+            Pumped::Pull(mut puller) => Self::Leftovers(puller.ready().into_iter()),
+        }
+    }
+}
+
+async fn next(source: &mut Pumped) -> Option<Result<async_nats::Message, TransportError>> {
+    match source {
+        Pumped::Core(subscriber) => subscriber.next().await.map(Ok),
+        Pumped::Pull(puller) => puller.next().await,
+    }
+}
+
+/// [`raw`], sharing the subject with the previous message when it is the same.
+fn raw_sharing(message: async_nats::Message, last: &mut Option<Arc<str>>) -> RawMessage {
+    let subject = match last {
+        Some(subject) if **subject == *message.subject => Arc::clone(subject),
+        _ => Arc::clone(last.insert(Arc::from(message.subject.as_str()))),
+    };
+    RawMessage {
+        subject,
+        reply: message.reply.map(|reply| Arc::from(reply.as_str())),
+        headers: from_header_map(message.headers.as_ref()),
+        payload: message.payload,
+    }
+}
