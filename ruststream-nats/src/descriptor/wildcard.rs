@@ -2,7 +2,7 @@ use std::any::Any;
 
 use ruststream::registration::DescriptorInfo;
 use ruststream::settle::DeliveryModel;
-use ruststream::{Descriptor, NonZeroDuration, WithHandler};
+use ruststream::{Descriptor, WithHandler};
 
 use super::JetStreamOnly;
 
@@ -62,7 +62,7 @@ impl CoreWildcard {
     }
 
     #[doc(hidden)]
-    pub fn ack_wait<W: Into<NonZeroDuration>>(self, _wait: W) -> Self
+    pub fn ack_wait<W>(self, _wait: W) -> Self
     where
         Self: JetStreamOnly<W>,
     {
