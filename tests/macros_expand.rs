@@ -643,7 +643,7 @@ fn describe_prints_every_registration_of_the_payments_app() {
             "1",
             "-",
             "(redelivered)",
-            "payments.captured"
+            "payments.captured (not in a declared stream)"
         ]
     );
     assert_eq!(

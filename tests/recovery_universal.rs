@@ -1,8 +1,9 @@
 //! The cases of Watermill's universal pub/sub tests that apply to a RustStream registration,
 //! each body run twice: in process (the in-process NATS, `TestApp`, paused clock) and live (a
 //! real nats-server, real clock), with the same assertions on what the server (or the
-//! emulation) reports. Publish-subscribe, resend on error, no-ack blocking, consumer groups,
-//! topic isolation, continue after close, concurrent close, continue after errors.
+//! emulation) reports. Publish-subscribe, concurrent subscribe, resend on error, no-ack
+//! blocking, consumer groups, topic isolation, continue after close, concurrent close, continue
+//! after errors, publisher close.
 //! (`nats_settlement` proves the same settlements live, row by row.)
 //!
 //! Not here, because the emulation cannot express them: reconnect under load
@@ -24,10 +25,11 @@ use std::time::Duration;
 use async_nats::jetstream;
 use futures::future::join_all;
 use nats_support::*;
-use ruststream::{AppInfo, HandlerOutcome, Headers, RustStream, Scope};
+use ruststream::{App as _, AppInfo, Env, HandlerOutcome, Headers, RustStream, Scope};
 use ruststream_nats::testing::{ConsumerFacts, InProcessNats, TestApp};
-use ruststream_nats::transport::{StreamSpec, Transport as _};
-use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker};
+use ruststream_nats::transport::{StreamSpec, Transport as _, TransportOverride};
+use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker, NatsClient};
+use ruststream_test_server::client::stream_messages;
 
 const N: u64 = 200;
 
@@ -75,6 +77,8 @@ both!(
     continue_after_close_a_new_instance_handles_the_rest,
     concurrent_close_of_two_instances_loses_nothing,
     continue_after_errors_failures_do_not_stop_the_others,
+    concurrent_subscribe_instances_starting_at_once_share_every_message,
+    publisher_close_everything_published_before_the_stop_arrives,
 );
 
 /// A server whose [`STREAM`] stores `orders.>`: the emulation, or a real one.
@@ -133,6 +137,41 @@ impl Server {
                 )
             }
             Self::Live { server, .. } => Running::Live(start_on(server, mount).await),
+        }
+    }
+
+    /// An app with no registration, started on this server as production starts one (no
+    /// `TestApp` in process either), and the client it publishes with.
+    async fn start_publisher(&self) -> (ruststream::RunningApp, NatsClient) {
+        let app = RustStream::new(AppInfo::new("publisher", "0.1.0")).with_broker(
+            NatsBroker::new(match self {
+                Self::InProcess(_) => "nats://in-process.invalid:4222".to_owned(),
+                Self::Live { server, .. } => server.url(),
+            }),
+            |_| {},
+        );
+        let env = match self {
+            Self::InProcess(nats) => Env::new().with(TransportOverride(Arc::new(nats.clone()))),
+            Self::Live { .. } => Env::new(),
+        };
+        let running = app.start(env).await.expect("the publisher starts");
+        let client = NatsClient::of(&running).expect("a NATS app has a client");
+        (running, client)
+    }
+
+    /// Every message [`STREAM`] stores on `subject`.
+    async fn stored_on(&self, subject: &str) -> usize {
+        match self {
+            Self::InProcess(nats) => nats
+                .stream_messages(STREAM)
+                .iter()
+                .filter(|m| &*m.subject == subject)
+                .count(),
+            Self::Live { js, .. } => stream_messages(js, STREAM)
+                .await
+                .iter()
+                .filter(|m| m.subject.as_str() == subject)
+                .count(),
         }
     }
 
@@ -468,4 +507,110 @@ async fn continue_after_errors_failures_do_not_stop_the_others(live: bool) {
     for (id, n) in counts {
         assert_eq!(n, if id % 3 == 0 { 2 } else { 1 }, "order {id}");
     }
+}
+
+async fn concurrent_subscribe_instances_starting_at_once_share_every_message(live: bool) {
+    const INSTANCES: usize = 6;
+    let server = Server::new(live).await;
+    let handlers: Vec<Scripted> = (0..INSTANCES)
+        .map(|_| Scripted::always(HandlerOutcome::ack()))
+        .collect();
+    let group: Vec<Scripted> = (0..INSTANCES)
+        .map(|_| Scripted::always(HandlerOutcome::ack()))
+        .collect();
+    // Every instance subscribes at once (one durable consumer created and opened by all of
+    // them, one Core queue group joined by all of them) while the stream already fills.
+    let starts = join_all(handlers.iter().zip(&group).map(|(handler, member)| {
+        server.start(|r| {
+            r.include(created("concurrent").handler(handler.clone()))
+                .name("orders")
+                .concurrency(NonZeroUsize::new(4).expect("not zero"));
+            r.include(
+                CoreSubject::new("alerts.raised")
+                    .queue_group("alerting")
+                    .handler(member.clone()),
+            )
+            .name("alerts");
+        })
+    }));
+    let (instances, ()) = tokio::join!(starts, server.publish_n("orders.created", 1..=N / 2));
+    server.publish_n("orders.created", N / 2 + 1..=N).await;
+    // Core: at most once, to those subscribed; every instance is, once its start returned.
+    for id in 1..=N {
+        server.publish_core("alerts.raised", id).await;
+    }
+    let facts = server.until_settled("concurrent", N, "all settled").await;
+    assert_eq!(facts.delivered, N, "each delivered once");
+    assert_eq!(facts.redelivered, 0);
+    let group_refs: Vec<&Scripted> = group.iter().collect();
+    eventually(PATIENCE, "every alert handled", || async {
+        (counts(&group_refs).len() == usize::try_from(N).expect("small")).then_some(())
+    })
+    .await;
+    for instance in instances {
+        instance.stop().await;
+    }
+    all_once(&counts(&handlers.iter().collect::<Vec<_>>()), N);
+    // The queue group gave each alert to one member.
+    all_once(&counts(&group_refs), N);
+}
+
+async fn publisher_close_everything_published_before_the_stop_arrives(live: bool) {
+    const TASKS: u64 = 20;
+    let server = Server::new(live).await;
+    // The receiving app: a durable on the stored subject, a Core subscriber on the other.
+    let (stored, core) = (
+        Scripted::always(HandlerOutcome::ack()),
+        Scripted::always(HandlerOutcome::ack()),
+    );
+    let receiver = server
+        .start(|r| {
+            r.include(
+                JetStreamSubject::new("orders.relayed", STREAM)
+                    .durable("relayed")
+                    .handler(stored.clone()),
+            )
+            .name("stored");
+            r.include(CoreSubject::new("alerts.relayed").handler(core.clone()))
+                .name("core");
+        })
+        .await;
+    // The publishing app: 20 tasks publish at once through its client, to a subject a stream
+    // stores (confirmed) and to a Core subject (written to the connection, not confirmed).
+    let (publisher, client) = server.start_publisher().await;
+    join_all((0..TASKS).map(|task| {
+        let client = client.clone();
+        async move {
+            for id in (1..=N).filter(|id| id % TASKS == task) {
+                let value = serde_json::json!({ "id": id });
+                client
+                    .publish_to("orders.relayed", &value)
+                    .await
+                    .expect("stored");
+                client
+                    .publish_to("alerts.relayed", &value)
+                    .await
+                    .expect("published");
+            }
+        }
+    }))
+    .await;
+    // Closed right after the last publish returned: the client goes first, then the app's
+    // stop flushes and drops the connection. Nothing published before is lost.
+    drop(client);
+    publisher.stop().await.expect("a clean stop");
+
+    assert_eq!(
+        server.stored_on("orders.relayed").await,
+        usize::try_from(N).expect("small"),
+        "the stream stored every confirmed publish"
+    );
+    server.until_settled("relayed", N, "all settled").await;
+    eventually(PATIENCE, "every Core message handled", || async {
+        (core.seen().len() >= usize::try_from(N).expect("small")).then_some(())
+    })
+    .await;
+    receiver.stop().await;
+    all_once(&counts(&[&stored]), N);
+    all_once(&counts(&[&core]), N);
 }

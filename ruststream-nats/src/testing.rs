@@ -183,6 +183,26 @@ pub struct DecodeFailure {
     pub error: String,
 }
 
+/// A handler call that panicked: the panic did not reach the test, the runtime caught it and
+/// settled the delivery as the registration's `on_panic` says (`retry()` under the cap by
+/// default).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct HandlerPanic {
+    /// The subject the message arrived on.
+    pub subject: String,
+    /// The server's delivery count (`None` on Core).
+    pub delivered: Option<u64>,
+    /// The attempt the cap counts, the first being 1.
+    pub attempt: u32,
+    /// The payload, as it arrived.
+    pub payload: Bytes,
+    /// The panic's message (`"a panic with a non-string payload"` when it was not a string).
+    pub message: String,
+    /// What the runtime decided to do with the delivery.
+    pub decision: Decision,
+}
+
 /// An [`Observer`] that records every handled delivery, by registration.
 ///
 /// [`TestApp`] starts its app with one; a live test passes one to
@@ -262,7 +282,8 @@ impl Recorder {
     }
 
     /// Every outcome handler `registration` returned, in order: a payload that did not decode
-    /// and a panic are not outcomes.
+    /// and a panic are not outcomes (see [`panics`](Self::panics) and
+    /// [`decode_failures`](Self::decode_failures)).
     pub fn outcomes(&self, registration: &str) -> Vec<HandlerOutcome> {
         self.handled(registration)
             .into_iter()
@@ -280,6 +301,25 @@ impl Recorder {
             .into_iter()
             .filter(|r| !matches!(r.handled, Handled::Undecodable(_)))
             .map(|r| r.delivered)
+            .collect()
+    }
+
+    /// Every call of handler `registration` that panicked, in order, with the panic's message
+    /// and what the runtime did with the delivery.
+    pub fn panics(&self, registration: &str) -> Vec<HandlerPanic> {
+        self.handled(registration)
+            .into_iter()
+            .filter_map(|r| match r.handled {
+                Handled::Panicked(message) => Some(HandlerPanic {
+                    subject: r.subject,
+                    delivered: r.delivered,
+                    attempt: r.attempt,
+                    payload: r.payload,
+                    message,
+                    decision: r.decision,
+                }),
+                _ => None,
+            })
             .collect()
     }
 
@@ -521,8 +561,9 @@ impl TestApp {
     }
 
     /// Every outcome handler `registration` returned, in order (a rejection by an extractor
-    /// included; a payload that did not decode or a panic is not an outcome, see
-    /// [`handled`](Self::handled)).
+    /// included). A call that panicked returned nothing: it is in [`panics`](Self::panics), and
+    /// a payload that did not decode in [`decode_failures`](Self::decode_failures);
+    /// [`handled`](Self::handled) has every call, whatever it ended in.
     ///
     /// # Panics
     ///
@@ -530,6 +571,18 @@ impl TestApp {
     pub fn outcomes(&self, registration: &str) -> Vec<HandlerOutcome> {
         self.check_registration(registration);
         self.recorder.outcomes(registration)
+    }
+
+    /// Every call of handler `registration` that panicked, in order: the delivery, the panic's
+    /// message and what the runtime did with it (`on_panic`: `retry()` under the cap by
+    /// default). The panic does not fail the test by itself: assert on this.
+    ///
+    /// # Panics
+    ///
+    /// When the app has no registration of that name.
+    pub fn panics(&self, registration: &str) -> Vec<HandlerPanic> {
+        self.check_registration(registration);
+        self.recorder.panics(registration)
     }
 
     /// The delivered count of every delivery handler `registration` ran on, in order:

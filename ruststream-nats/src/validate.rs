@@ -156,6 +156,11 @@ fn check_jetstream(r: &RegistrationInfo, problems: &mut Vec<String>) {
             "registration `{name}` names the durable consumer `{durable}`, which is not a valid consumer name: {problem}"
         ));
     }
+    if r.descriptor.ack_wait.is_some_and(|wait| wait.is_zero()) {
+        problems.push(format!(
+            "registration `{name}` has an ack_wait of zero: the server cannot wait zero for a settlement (it would deliver every message again at once); give `.ack_wait(..)` more than the handler's worst time, e.g. `Duration::from_secs(60)`"
+        ));
+    }
     if let Some(retry_to) = &r.policy.retry_to {
         tracing::warn!(
             registration = %name,

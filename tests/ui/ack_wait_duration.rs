@@ -1,6 +1,5 @@
 use ruststream_nats::prelude::*;
 use serde::Deserialize;
-use std::time::Duration;
 
 #[derive(Deserialize)]
 struct Payment {
@@ -10,7 +9,7 @@ struct Payment {
 #[subscriber(
     JetStreamSubject::new("payments.authorized", "PAYMENTS")
         .durable("capture")
-        .ack_wait(Duration::from_secs(60))
+        .ack_wait(60)
 )]
 async fn capture(payment: &Payment) -> HandlerOutcome {
     let _ = payment.id;

@@ -19,18 +19,28 @@ pub(super) async fn check_on_server(
 ) -> Result<Vec<String>, Error> {
     let mut done = Vec::new();
     for info in registrations {
-        if let Some(dead_letter) = info.policy.dead_letter.as_deref() {
-            done.push(match transport.stream_by_subject(dead_letter).await {
+        let dead_letter = info
+            .policy
+            .dead_letter
+            .as_deref()
+            .map(|dl| ("dead letters", dl, dl.to_owned()));
+        // A template (`orders.{tenant}.placed`) is asked as the pattern it fills.
+        let outputs = info
+            .output_patterns()
+            .into_iter()
+            .map(|(subject, pattern)| ("outputs", subject, pattern));
+        for (what, subject, asked) in dead_letter.into_iter().chain(outputs) {
+            done.push(match transport.stream_by_subject(&asked).await {
                 Ok(Some(stream)) => format!(
-                    "dead letters of registration `{}` go to `{dead_letter}`, stored in stream `{stream}`",
+                    "{what} of registration `{}` go to `{subject}`, stored in stream `{stream}`: each publish waits for the stream's acknowledgement before the delivery is settled",
                     info.name
                 ),
                 Ok(None) => format!(
-                    "dead letters of registration `{}` go to `{dead_letter}`, which no stream stores: each is a Core publish that only a subscriber listening at that moment gets",
+                    "{what} of registration `{}` go to `{subject}`, which no stream stores: each is a Core publish that only a subscriber listening at that moment gets",
                     info.name
                 ),
                 Err(err) => format!(
-                    "dead letters of registration `{}` go to `{dead_letter}`; whether a stream stores it is unknown: {err}",
+                    "{what} of registration `{}` go to `{subject}`; whether a stream stores it is unknown: {err}",
                     info.name
                 ),
             });

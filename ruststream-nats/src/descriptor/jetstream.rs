@@ -3,7 +3,7 @@ use std::time::Duration;
 
 use ruststream::registration::DescriptorInfo;
 use ruststream::settle::DeliveryModel;
-use ruststream::{Descriptor, NonZeroDuration, WithHandler};
+use ruststream::{Descriptor, WithHandler};
 
 use crate::transport::ConsumerSpec;
 
@@ -26,19 +26,24 @@ pub(crate) const DEFAULT_PULL_EXPIRY: Duration = Duration::from_secs(30);
 /// ```
 /// use ruststream::{NonZeroDuration, nonzero};
 /// use ruststream_nats::JetStreamSubject;
+/// use std::time::Duration;
 ///
 /// let payments = JetStreamSubject::new("payments.authorized", "PAYMENTS")
 ///     .durable("capture")
-///     .ack_wait(NonZeroDuration::from_secs(nonzero!(60)));
+///     .ack_wait(Duration::from_secs(60));
 /// assert_eq!(payments.stream(), "PAYMENTS");
 /// assert_eq!(payments.ack_wait_duration().as_secs(), 60);
+/// // A `NonZeroDuration` says the same, checked at compile time.
+/// let same = payments.clone().ack_wait(NonZeroDuration::from_secs(nonzero!(60)));
+/// assert_eq!(same, payments);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JetStreamSubject {
     subject: String,
     stream: String,
     durable: Option<String>,
-    ack_wait: NonZeroDuration,
+    /// Zero only when given so; the broker refuses it at start.
+    ack_wait: Duration,
     max_ack_pending: Option<i64>,
     deliver_policy: DeliverPolicy,
     filter_subject: Option<String>,
@@ -54,7 +59,7 @@ impl JetStreamSubject {
             subject: subject.into(),
             stream: stream.into(),
             durable: None,
-            ack_wait: NonZeroDuration::new(DEFAULT_ACK_WAIT).unwrap_or_else(|| unreachable!()),
+            ack_wait: DEFAULT_ACK_WAIT,
             max_ack_pending: None,
             deliver_policy: DeliverPolicy::All,
             filter_subject: None,
@@ -72,6 +77,10 @@ impl JetStreamSubject {
 
     /// How long the server waits for a settlement before delivering again (30 s by default).
     /// Set it above the handler's worst time.
+    ///
+    /// Takes a `Duration`, as every other duration does, or a `NonZeroDuration`. The server
+    /// cannot wait zero: an app with a zero `ack_wait` refuses to start (and `check` fails),
+    /// naming the registration.
     pub fn ack_wait(mut self, wait: impl wait::AckWait) -> Self {
         self.ack_wait = wait.into_wait();
         self
@@ -134,7 +143,7 @@ impl JetStreamSubject {
 
     /// The ack wait.
     pub fn ack_wait_duration(&self) -> Duration {
-        self.ack_wait.get()
+        self.ack_wait
     }
 
     /// The max ack pending, if set.
@@ -168,7 +177,7 @@ impl Descriptor for JetStreamSubject {
         let mut info = DescriptorInfo::new(DeliveryModel::JetStream, &self.subject);
         info.stream = Some(self.stream.clone());
         info.consumer = self.durable.clone();
-        info.ack_wait = Some(self.ack_wait.get());
+        info.ack_wait = Some(self.ack_wait);
         info.wildcard = self.subject.contains(['*', '>']);
         info.kind = "JetStreamSubject";
         info.filter_subject = self.filter_subject.clone();
@@ -211,23 +220,31 @@ pub(crate) fn consumer_spec(info: &DescriptorInfo) -> ConsumerSpec {
 }
 
 mod wait {
+    use std::time::Duration;
+
     use ruststream::NonZeroDuration;
 
-    /// What `ack_wait` takes: a `NonZeroDuration` (a trait only so that a `Duration` is told how
-    /// to build one).
+    /// What `ack_wait` takes: a `Duration` or a `NonZeroDuration` (a trait only so that anything
+    /// else is told how to build one).
     #[diagnostic::on_unimplemented(
-        message = "`ack_wait` takes a `NonZeroDuration`, not `{Self}`: the server cannot wait zero for a settlement",
-        label = "not a `NonZeroDuration`",
-        note = "write `.ack_wait(NonZeroDuration::from_secs(nonzero!(60)))`, checked at compile time, or `NonZeroDuration::new(duration)` for one known only at run time (`None` for zero)"
+        message = "`ack_wait` takes a `Duration`, not `{Self}`",
+        label = "not a `Duration`",
+        note = "write `.ack_wait(Duration::from_secs(60))` (`std::time::Duration`), or `.ack_wait(NonZeroDuration::from_secs(nonzero!(60)))` to have zero refused at compile time"
     )]
     pub trait AckWait {
         /// The wait.
-        fn into_wait(self) -> NonZeroDuration;
+        fn into_wait(self) -> Duration;
+    }
+
+    impl AckWait for Duration {
+        fn into_wait(self) -> Duration {
+            self
+        }
     }
 
     impl AckWait for NonZeroDuration {
-        fn into_wait(self) -> NonZeroDuration {
-            self
+        fn into_wait(self) -> Duration {
+            self.get()
         }
     }
 }

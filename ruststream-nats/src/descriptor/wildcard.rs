@@ -1,6 +1,6 @@
 use ruststream::registration::DescriptorInfo;
 use ruststream::settle::DeliveryModel;
-use ruststream::{Descriptor, NonZeroDuration, WithHandler};
+use ruststream::{Descriptor, WithHandler};
 
 use super::JetStreamOnly;
 
@@ -60,7 +60,7 @@ impl CoreWildcard {
     }
 
     #[doc(hidden)]
-    pub fn ack_wait<W: Into<NonZeroDuration>>(self, _wait: W) -> Self
+    pub fn ack_wait<W>(self, _wait: W) -> Self
     where
         Self: JetStreamOnly<W>,
     {

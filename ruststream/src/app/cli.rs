@@ -81,6 +81,9 @@ enum Command {
         /// Print YAML instead of JSON.
         #[arg(long)]
         yaml: bool,
+        /// Print a standalone HTML page of the document, to open in a browser.
+        #[arg(long, conflicts_with = "yaml")]
+        html: bool,
     },
 }
 
@@ -159,9 +162,11 @@ where
             }
             ExitCode::SUCCESS
         }
-        Command::Asyncapi { yaml } => {
+        Command::Asyncapi { yaml, html } => {
             let document = crate::asyncapi::document(&app);
-            if yaml {
+            if html {
+                print!("{}", crate::asyncapi::to_html(&document));
+            } else if yaml {
                 match crate::asyncapi::to_yaml(&document) {
                     Ok(text) => print!("{text}"),
                     Err(err) => return fail(&format!("cannot write the document as YAML: {err}")),

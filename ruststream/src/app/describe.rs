@@ -111,6 +111,7 @@ pub fn describe_json<A: App>(app: &A) -> serde_json::Value {
                     DeliveryModel::Core => r.copy_target(),
                 },
                 "replies": r.publishes,
+                "replies_stored_in": r.output_patterns().iter().map(|(s, p)| ((*s).to_owned(), storing(&streams, p).into())).collect::<serde_json::Map<_, _>>(),
                 "idempotency": r.policy.idempotency.as_ref().map(|i| serde_json::json!({"bucket": i.bucket, "window_ms": u64::try_from(i.window.as_millis()).unwrap_or(u64::MAX), "claim_ms": u64::try_from(i.claim.as_millis()).unwrap_or(u64::MAX), "key": i.key})),
             })
         })
@@ -182,14 +183,15 @@ fn row(r: &RegistrationInfo, streams: &[(String, Vec<String>)]) -> [String; 10] 
         _ => "-".to_owned(),
     };
     let dash = || "-".to_owned();
-    let dead_letter =
-        r.policy
-            .dead_letter
-            .as_deref()
-            .map_or_else(dash, |dl| match storing(streams, dl) {
-                Some(stream) => format!("{dl} (stored in {stream})"),
-                None => format!("{dl} (not in a declared stream)"),
-            });
+    let stored = |subject: &str, pattern: &str| match storing(streams, pattern) {
+        Some(stream) => format!("{subject} (stored in {stream})"),
+        None => format!("{subject} (not in a declared stream)"),
+    };
+    let dead_letter = r
+        .policy
+        .dead_letter
+        .as_deref()
+        .map_or_else(dash, |dl| stored(dl, dl));
     [
         r.name.clone(),
         d.subject.clone(),
@@ -208,7 +210,12 @@ fn row(r: &RegistrationInfo, streams: &[(String, Vec<String>)]) -> [String; 10] 
         if r.publishes.is_empty() {
             dash()
         } else {
-            r.publishes.join(", ")
+            let outputs: Vec<String> = r
+                .output_patterns()
+                .iter()
+                .map(|(subject, pattern)| stored(subject, pattern))
+                .collect();
+            outputs.join(", ")
         },
     ]
 }

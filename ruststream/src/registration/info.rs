@@ -26,6 +26,23 @@ pub struct RegistrationInfo {
 }
 
 impl RegistrationInfo {
+    /// The subjects the handler publishes to, each with the pattern of the subjects it stands
+    /// for: a template (`orders.{tenant}.placed`) as `orders.*.placed`, a subject as itself
+    /// (what to ask when a stream stores it).
+    pub fn output_patterns(&self) -> Vec<(&'static str, String)> {
+        self.publishes
+            .iter()
+            .map(|subject| {
+                let pattern = subject
+                    .split('.')
+                    .map(|t| if t.starts_with('{') { "*" } else { t })
+                    .collect::<Vec<_>>()
+                    .join(".");
+                (*subject, pattern)
+            })
+            .collect()
+    }
+
     /// Where a Core copy of this registration goes: `retry_to`, else the descriptor's own.
     pub fn copy_target(&self) -> Option<&str> {
         self.policy
