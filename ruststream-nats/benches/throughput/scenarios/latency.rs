@@ -2,8 +2,6 @@
 //! it was published; the handler records the time it took to reach it (same process, same
 //! clock). Core, and JetStream (published to the stream's subject, read by a durable consumer).
 
-use std::sync::Arc;
-
 use crate::counter::{Counter, Record};
 use crate::publish::{self, fill_stream, unique};
 use crate::report::{LatencyRow, by_side};
@@ -46,7 +44,7 @@ pub async fn run(bench: &Bench<'_>) -> Vec<LatencyRow> {
                     })
                     .await;
                 } else {
-                    core_round(bench.url, CORE, side.into(), &Arc::clone(&counter), || {
+                    core_round(bench.url, CORE, side.into(), &counter, || {
                         publish::paced(url, CORE, n, RATE)
                     })
                     .await;
