@@ -1,0 +1,98 @@
+//! The command line.
+
+use clap::{Parser, ValueEnum};
+
+/// RustStream against raw async-nats on one nats-server, interleaved round by round.
+/// `docs/benchmarks.md` says what each number covers.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "throughput")]
+pub struct Args {
+    /// Rounds per side (each scenario runs raw, ours, raw, ours, ...).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+    pub rounds: u16,
+    /// Messages per round (each scenario's default otherwise).
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// A tenth of the messages (at least 100): a smoke run.
+    #[arg(long)]
+    pub quick: bool,
+    /// The scenarios to run (repeatable); all of them when none is given.
+    #[arg(long = "scenario", value_enum)]
+    pub scenarios: Vec<Scenario>,
+    /// One side only (profiling).
+    #[arg(long, value_enum)]
+    pub side: Option<Side>,
+    /// The concurrency levels of the 1 ms I/O scenario besides 1.
+    #[arg(long, value_delimiter = ',', default_values_t = [16, 32, 64])]
+    pub concurrency: Vec<usize>,
+    /// A running server to use instead of starting one (profiling reuses its streams).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Spans (a subscriber at INFO formatting them, writing to nowhere) and metrics (the
+    /// Prometheus recorder) on, as `run --metrics-addr` and a log subscriber have them.
+    #[arg(long, conflicts_with = "metrics_only")]
+    pub telemetry: bool,
+    /// Metrics on, no span subscriber.
+    #[arg(long)]
+    pub metrics_only: bool,
+    /// Passed by `cargo bench` to every bench target; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// Core subscribe, the publisher kept within 4 096 messages of the subscriber.
+    Core,
+    /// 200 000 Core messages as fast as the publisher can: messages lost per side.
+    Burst,
+    /// Core with one no-op middleware layer against none.
+    Middleware,
+    /// JetStream pull, ack each.
+    JsAck,
+    /// JetStream batch handlers of 10 and 100, ack each message.
+    JsBatch,
+    /// JetStream, a Core publish per delivery.
+    JsReply,
+    /// JetStream, a confirmed publish to a stream per delivery.
+    JsReplyStored,
+    /// Request/reply round trips, one at a time.
+    Request,
+    /// JetStream with 1 ms of I/O per message, at several concurrencies.
+    JsIo,
+    /// Publish -> handler latency at 2 000 msg/s, Core and JetStream.
+    Latency,
+}
+
+/// Which implementation a round runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Side {
+    /// The async-nats loop a service would write by hand.
+    Raw,
+    /// The RustStream service.
+    Ours,
+}
+
+impl Args {
+    pub fn runs(&self, scenario: Scenario) -> bool {
+        self.scenarios.is_empty() || self.scenarios.contains(&scenario)
+    }
+
+    /// `default` messages, or `--messages`, a tenth with `--quick`.
+    pub fn messages(&self, default: u64) -> u64 {
+        let n = self.messages.unwrap_or(default);
+        if self.quick { (n / 10).max(100) } else { n }
+    }
+
+    /// The sides to run: both, or the one `--side` names.
+    pub fn sides(&self) -> Vec<Side> {
+        match self.side {
+            Some(side) => vec![side],
+            None => vec![Side::Raw, Side::Ours],
+        }
+    }
+
+    pub fn telemetry(&self) -> bool {
+        self.telemetry || self.metrics_only
+    }
+}

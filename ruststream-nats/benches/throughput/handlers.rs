@@ -1,0 +1,105 @@
+//! The RustStream side: handlers doing the raw loops' work, the no-op middleware, the app.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use ruststream::middleware::{Middleware, Next};
+use ruststream::registration::Handled;
+use ruststream::{
+    AppInfo, BatchContext, BatchOutcome, Context, Delivery, Handle, HandleBatch, HandlerOutcome,
+    Publisher, RustStream,
+};
+use ruststream_nats::NatsBroker;
+
+use crate::counter::Counter;
+use crate::payload::{Order, Receipt};
+
+/// Counts each order and acknowledges it, after `io` of simulated I/O when set.
+pub struct CountAck {
+    pub counter: Arc<Counter>,
+    pub io: Option<Duration>,
+}
+
+impl Handle<Order> for CountAck {
+    async fn handle(
+        &self,
+        order: &Order,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        if let Some(io) = self.io {
+            tokio::time::sleep(io).await;
+        }
+        self.counter.hit(order);
+        Ok(())
+    }
+}
+
+/// Publishes a receipt `R` for each order, then acknowledges it.
+pub struct Reply<R> {
+    counter: Arc<Counter>,
+    receipt: PhantomData<fn() -> R>,
+}
+
+impl<R> Reply<R> {
+    pub fn new(counter: Arc<Counter>) -> Self {
+        Self {
+            counter,
+            receipt: PhantomData,
+        }
+    }
+}
+
+impl<R: Receipt> Handle<Order, Publisher<R>> for Reply<R> {
+    async fn handle(
+        &self,
+        order: &Order,
+        receipts: &Publisher<R>,
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        receipts
+            .publish(ctx, &R::for_order(order))
+            .await
+            .map_err(|_| HandlerOutcome::retry())?;
+        self.counter.hit(order);
+        Ok(())
+    }
+}
+
+/// Counts each order of a batch and acknowledges the whole batch.
+pub struct CountBatch {
+    pub counter: Arc<Counter>,
+}
+
+impl HandleBatch<Order> for CountBatch {
+    async fn handle_batch(
+        &self,
+        orders: &[Order],
+        _outs: &(),
+        _ctx: &mut BatchContext<'_>,
+    ) -> BatchOutcome {
+        for order in orders {
+            self.counter.hit(order);
+        }
+        BatchOutcome::All(HandlerOutcome::ack())
+    }
+}
+
+/// A middleware that does nothing: the cost of one layer.
+pub struct Noop;
+
+impl Middleware for Noop {
+    fn handle<'a>(&'a self, _delivery: &'a Delivery, next: Next<'a>) -> BoxFuture<'a, Handled> {
+        next.run()
+    }
+}
+
+/// The service: one NATS broker at `url` with what `mount` includes.
+pub fn app(
+    url: &str,
+    mount: impl FnOnce(&mut ruststream::Scope<()>) + Send + 'static,
+) -> impl ruststream::App<State = ()> {
+    RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(NatsBroker::new(url), mount)
+}

@@ -1,0 +1,262 @@
+//! Rounds, statistics and the tables.
+
+use std::future::Future;
+
+use crate::args::Side;
+use crate::counter::{Burst, Sample};
+
+/// Runs `round` for each of `variants`, `rounds` times, interleaved (a, b, a, b, ...); the
+/// results per variant, in the order of `variants`. The one round runner every scenario uses.
+pub async fn interleaved<V, F, Fut, T>(rounds: u16, variants: &[V], mut round: F) -> Vec<Vec<T>>
+where
+    V: Copy,
+    F: FnMut(V, u16) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let mut results: Vec<Vec<T>> = variants.iter().map(|_| Vec::new()).collect();
+    for i in 0..rounds {
+        for (slot, &variant) in results.iter_mut().zip(variants) {
+            slot.push(round(variant, i).await);
+        }
+    }
+    results
+}
+
+/// The rounds of both sides of one scenario; a side not run (`--side`) has none.
+pub struct Sides<T> {
+    pub raw: Vec<T>,
+    pub ours: Vec<T>,
+}
+
+/// [`interleaved`] over `sides` (both, or the one `--side` names).
+pub async fn by_side<F, Fut, T>(rounds: u16, sides: &[Side], round: F) -> Sides<T>
+where
+    F: FnMut(Side, u16) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let mut results = interleaved(rounds, sides, round).await.into_iter();
+    let mut raw = Vec::new();
+    let mut ours = Vec::new();
+    for &side in sides {
+        let rounds = results.next().unwrap_or_default();
+        match side {
+            Side::Raw => raw = rounds,
+            Side::Ours => ours = rounds,
+        }
+    }
+    Sides { raw, ours }
+}
+
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.is_empty() {
+        f64::NAN
+    } else if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+pub fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+pub fn rate(r: f64) -> String {
+    if r >= 10_000.0 {
+        format!("{:.1} k", r / 1000.0)
+    } else {
+        format!("{r:.0}")
+    }
+}
+
+fn micros(ns: f64) -> String {
+    format!("{:.0} µs", ns / 1000.0)
+}
+
+/// Median, slowest and fastest round's rate, and the median allocations per message.
+#[derive(Debug, Clone, Copy)]
+pub struct Stats {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub allocs: f64,
+}
+
+impl Stats {
+    pub fn of(samples: &[Sample]) -> Self {
+        let rates: Vec<f64> = samples.iter().map(|s| s.rate).collect();
+        let allocs: Vec<f64> = samples.iter().map(|s| s.allocs).collect();
+        Self {
+            median: median(&rates),
+            min: rates.iter().copied().fold(f64::INFINITY, f64::min),
+            max: rates.iter().copied().fold(0.0, f64::max),
+            allocs: median(&allocs),
+        }
+    }
+
+    /// `median (min–max)`.
+    fn spread(&self) -> String {
+        format!(
+            "{} ({}–{})",
+            rate(self.median),
+            rate(self.min),
+            rate(self.max)
+        )
+    }
+}
+
+/// One row of the throughput table.
+pub struct Row {
+    pub scenario: String,
+    pub rounds: Sides<Sample>,
+}
+
+pub const THROUGHPUT_HEADER: &str = "| scenario | raw async-nats msg/s, median (min–max) | RustStream msg/s, median (min–max) | RustStream / raw | raw allocs/msg | RustStream allocs/msg |\n|---|---|---|---|---|---|";
+
+impl Row {
+    pub fn print(&self) {
+        let both = !self.rounds.raw.is_empty() && !self.rounds.ours.is_empty();
+        if both {
+            let raw = Stats::of(&self.rounds.raw);
+            let ours = Stats::of(&self.rounds.ours);
+            println!(
+                "| {} | {} | {} | {:.2} | {:.1} | {:.1} |",
+                self.scenario,
+                raw.spread(),
+                ours.spread(),
+                ours.median / raw.median,
+                raw.allocs,
+                ours.allocs,
+            );
+            return;
+        }
+        // One side only (profiling): print what there is.
+        for (side, samples) in [("raw", &self.rounds.raw), ("RustStream", &self.rounds.ours)] {
+            if !samples.is_empty() {
+                let stats = Stats::of(samples);
+                println!(
+                    "| {} [{side}] | {} | allocs/msg {:.1} |",
+                    self.scenario,
+                    stats.spread(),
+                    stats.allocs
+                );
+            }
+        }
+    }
+
+    pub fn ours_median(&self) -> f64 {
+        Stats::of(&self.rounds.ours).median
+    }
+}
+
+/// The middleware row: RustStream without layers and with one no-op layer, and raw for scale.
+pub struct MiddlewareRow {
+    pub scenario: String,
+    pub raw: Vec<Sample>,
+    pub none: Vec<Sample>,
+    pub noop: Vec<Sample>,
+}
+
+impl MiddlewareRow {
+    pub fn print(&self) {
+        println!(
+            "| scenario | raw async-nats msg/s | RustStream, no layer | RustStream, one no-op layer | one layer / none | allocs/msg raw, none, one layer |"
+        );
+        println!("|---|---|---|---|---|---|");
+        let fmt = |samples: &[Sample]| {
+            if samples.is_empty() {
+                ("—".to_owned(), f64::NAN, f64::NAN)
+            } else {
+                let stats = Stats::of(samples);
+                (stats.spread(), stats.median, stats.allocs)
+            }
+        };
+        let (raw, _, raw_allocs) = fmt(&self.raw);
+        let (none, none_median, none_allocs) = fmt(&self.none);
+        let (noop, noop_median, noop_allocs) = fmt(&self.noop);
+        println!(
+            "| {} | {raw} | {none} | {noop} | {:.2} | {raw_allocs:.1}, {none_allocs:.1}, {noop_allocs:.1} |",
+            self.scenario,
+            noop_median / none_median,
+        );
+    }
+}
+
+/// The burst scenario's rounds.
+pub struct BurstRow {
+    pub scenario: String,
+    pub rounds: Sides<Burst>,
+}
+
+impl BurstRow {
+    pub fn print(&self) {
+        println!(
+            "| burst | side | lost per round | rounds with a loss | median lost | received msg/s, median (min–max) |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for (side, rounds) in [("raw", &self.rounds.raw), ("RustStream", &self.rounds.ours)] {
+            if rounds.is_empty() {
+                continue;
+            }
+            let lost: Vec<String> = rounds.iter().map(|r| r.lost.to_string()).collect();
+            let with_loss = rounds.iter().filter(|r| r.lost > 0).count();
+            let lost_f: Vec<f64> = rounds.iter().map(|r| r.lost as f64).collect();
+            let rates: Vec<Sample> = rounds
+                .iter()
+                .map(|r| Sample {
+                    rate: r.rate,
+                    allocs: 0.0,
+                })
+                .collect();
+            println!(
+                "| {} | {side} | {} | {with_loss} of {} | {:.0} | {} |",
+                self.scenario,
+                lost.join(", "),
+                rounds.len(),
+                median(&lost_f),
+                Stats::of(&rates).spread(),
+            );
+        }
+    }
+}
+
+/// One row of the latency table: each round's sorted latencies, per side.
+pub struct LatencyRow {
+    pub name: &'static str,
+    pub messages: u64,
+    pub rate: u64,
+    pub rounds: Sides<Vec<u64>>,
+}
+
+pub const LATENCY_HEADER: &str = "| latency, publish → handler | rate | raw p50 | raw p99 | RustStream p50 | RustStream p99 |\n|---|---|---|---|---|---|";
+
+impl LatencyRow {
+    pub fn print(&self) {
+        // The median over the rounds of each round's percentile.
+        let p = |rounds: &[Vec<u64>], q: f64| {
+            let per_round: Vec<f64> = rounds.iter().map(|r| percentile(r, q) as f64).collect();
+            if per_round.is_empty() {
+                "—".to_owned()
+            } else {
+                micros(median(&per_round))
+            }
+        };
+        println!(
+            "| {} ({} msgs) | {}/s | {} | {} | {} | {} |",
+            self.name,
+            self.messages,
+            self.rate,
+            p(&self.rounds.raw, 50.0),
+            p(&self.rounds.raw, 99.0),
+            p(&self.rounds.ours, 50.0),
+            p(&self.rounds.ours, 99.0),
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! JetStream: a fresh durable consumer reads orders from a stream, and each is handled per
+//! [`Work`] and acknowledged. Raw: `consumer.messages()` with async-nats's defaults (pulls of
+//! 200, refilled at half); RustStream: `JetStreamSubject::new(..).durable(..)` with its defaults.
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer, stream};
+use bytes::Bytes;
+use futures::StreamExt;
+use ruststream::{App as _, Env, Outgoing};
+use ruststream_nats::JetStreamSubject;
+
+use crate::args::{Scenario, Side};
+use crate::counter::{Counter, Record};
+use crate::handlers::{CountAck, CountBatch, Reply, app};
+use crate::payload::{CoreReceipt, Order, RECEIPTS_STREAM, Receipt, StoredReceipt};
+use crate::publish::{self, fill_stream, unique};
+use crate::report::{Row, by_side};
+use crate::scenarios::{Bench, PATIENCE};
+
+/// What a JetStream handler does besides decoding, counting and acknowledging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// Nothing else.
+    Ack,
+    /// Publish a Core receipt first.
+    Reply,
+    /// Publish a receipt to a stream first (with a message id derived from the input), and wait
+    /// for the stream's acknowledgement.
+    StoredReply,
+    /// Await 1 ms of simulated I/O first.
+    Io,
+    /// Take the messages in batches of up to this many (RustStream: a batch handler).
+    Batch(NonZeroUsize),
+}
+
+const IO: Duration = Duration::from_millis(1);
+
+/// One consumer's round.
+pub struct Consume<'a> {
+    pub stream: &'a str,
+    pub subject: &'a str,
+    pub durable: String,
+    pub work: Work,
+    /// Handlers in flight (raw: `for_each_concurrent` above 1).
+    pub concurrency: usize,
+}
+
+/// One round: `side` reads `consume.stream` through a new consumer until `counter` is
+/// complete; `publish` starts (on its own connection) once the consumer exists.
+pub async fn round(
+    url: &str,
+    side: Side,
+    consume: &Consume<'_>,
+    counter: &Arc<Counter>,
+    publish: impl FnOnce() -> Option<std::thread::JoinHandle<()>>,
+) {
+    let Consume {
+        stream,
+        subject,
+        ref durable,
+        work,
+        concurrency,
+    } = *consume;
+    let publisher = match side {
+        Side::Raw => {
+            let client = async_nats::connect(url).await.expect("connects");
+            let context = jetstream::new(client.clone());
+            let consumer: consumer::PullConsumer = context
+                .get_stream(stream)
+                .await
+                .expect("the stream exists")
+                .create_consumer(consumer::pull::Config {
+                    durable_name: Some(durable.clone()),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ..Default::default()
+                })
+                .await
+                .expect("the consumer is created");
+            // async-nats's defaults: pulls of 200 messages, refilled at half.
+            let messages = consumer.messages().await.expect("pulls");
+            let raw = RawLoop {
+                client: client.clone(),
+                context,
+                durable: durable.clone(),
+                work,
+                counter: Arc::clone(counter),
+            };
+            let task = tokio::spawn(raw.run(messages, concurrency));
+            let publisher = publish();
+            counter.wait("raw JetStream", PATIENCE).await;
+            if concurrency > 1 {
+                // The concurrent loop waits for a next message that may never come: stop it.
+                task.abort();
+            }
+            let _ = task.await;
+            client.flush().await.expect("flush");
+            publisher
+        }
+        Side::Ours => {
+            let descriptor = JetStreamSubject::new(subject, stream).durable(durable.clone());
+            let counter_for_app = Arc::clone(counter);
+            let name = durable.clone();
+            let running = app(url, move |b| {
+                let registration = match work {
+                    Work::Reply => {
+                        b.include(descriptor.handler(Reply::<CoreReceipt>::new(counter_for_app)))
+                    }
+                    Work::StoredReply => {
+                        b.include(descriptor.handler(Reply::<StoredReceipt>::new(counter_for_app)))
+                    }
+                    Work::Ack | Work::Io => b.include(descriptor.handler(CountAck {
+                        counter: counter_for_app,
+                        io: (work == Work::Io).then_some(IO),
+                    })),
+                    Work::Batch(size) => b.include(descriptor.batch(size).handler(CountBatch {
+                        counter: counter_for_app,
+                    })),
+                };
+                registration.concurrency(NonZeroUsize::new(concurrency).expect("not zero"));
+                // Named after its consumer: each round's receipts get ids of their own.
+                registration.name(name);
+            })
+            .start(Env::new())
+            .await
+            .expect("the app starts");
+            let publisher = publish();
+            counter.wait("RustStream JetStream", PATIENCE).await;
+            running.stop().await.expect("a clean stop");
+            publisher
+        }
+    };
+    if let Some(publisher) = publisher {
+        publish::join(publisher);
+    }
+}
+
+/// What the raw loop holds for its messages.
+struct RawLoop {
+    client: async_nats::Client,
+    context: jetstream::Context,
+    durable: String,
+    work: Work,
+    counter: Arc<Counter>,
+}
+
+impl RawLoop {
+    /// What one message costs besides the acknowledgement: decode, the work, count.
+    async fn handle(&self, message: &jetstream::Message) {
+        let order: Order = serde_json::from_slice(&message.payload).expect("decodes");
+        match self.work {
+            Work::Io => tokio::time::sleep(IO).await,
+            Work::Reply => {
+                let body = encode(&CoreReceipt::for_order(&order));
+                self.client
+                    .publish(CoreReceipt::SUBJECT, body)
+                    .await
+                    .expect("the receipt is sent");
+            }
+            Work::StoredReply => {
+                // The same work as RustStream's: a message id derived from the input, a stored
+                // publish, the stream's acknowledgement awaited.
+                let info = message.info().expect("a JetStream message");
+                let id = format!(
+                    "{}:{}:{}:0",
+                    info.stream, info.stream_sequence, self.durable
+                );
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Nats-Msg-Id", id.as_str());
+                let body = encode(&StoredReceipt::for_order(&order));
+                self.context
+                    .publish_with_headers(StoredReceipt::SUBJECT, headers, body)
+                    .await
+                    .expect("the receipt is sent")
+                    .await
+                    .expect("the stream stored the receipt");
+            }
+            Work::Ack | Work::Batch(_) => {}
+        }
+        self.counter.hit(&order);
+    }
+
+    /// Decode, the work, count, acknowledge; in batches, or `concurrency` at once.
+    async fn run(self, messages: consumer::pull::Stream, concurrency: usize) {
+        let c = &self.counter;
+        match self.work {
+            Work::Batch(size) => {
+                let mut batches = messages.ready_chunks(size.get());
+                while let Some(batch) = batches.next().await {
+                    let batch: Vec<jetstream::Message> =
+                        batch.into_iter().map(|m| m.expect("a message")).collect();
+                    let orders: Vec<Order> = batch
+                        .iter()
+                        .map(|m| serde_json::from_slice(&m.payload).expect("decodes"))
+                        .collect();
+                    for order in &orders {
+                        c.hit(order);
+                    }
+                    for message in batch {
+                        message.ack().await.expect("the ack is sent");
+                    }
+                    if c.complete() {
+                        break;
+                    }
+                }
+            }
+            _ if concurrency == 1 => {
+                let mut messages = messages;
+                while let Some(message) = messages.next().await {
+                    let message = message.expect("a message");
+                    self.handle(&message).await;
+                    message.ack().await.expect("the ack is sent");
+                    if c.complete() {
+                        break;
+                    }
+                }
+            }
+            _ => {
+                let this = &self;
+                messages
+                    .take_while(|_| std::future::ready(!c.complete()))
+                    .for_each_concurrent(concurrency, |message| async move {
+                        if let Ok(message) = message {
+                            this.handle(&message).await;
+                            message.ack().await.expect("the ack is sent");
+                        }
+                    })
+                    .await;
+            }
+        }
+        self.client.flush().await.expect("flush");
+    }
+}
+
+fn encode(value: &impl serde::Serialize) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).expect("encodes"))
+}
+
+/// The server saw every one of the `n` messages acknowledged.
+async fn verify_acked(js: &jetstream::Context, stream_name: &str, durable: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut stream = js.get_stream(stream_name).await.expect("the stream exists");
+        let _ = stream.info().await;
+        let info = stream
+            .consumer_info(durable)
+            .await
+            .expect("the consumer exists");
+        if info.num_ack_pending == 0 && info.ack_floor.stream_sequence == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "consumer `{durable}`: ack pending {}, ack floor {} (want 0 and {n})",
+            info.num_ack_pending,
+            info.ack_floor.stream_sequence
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A stream of `n` stored orders read by a fresh consumer per round, raw and RustStream
+/// interleaved; with `verify`, the server must then report every message acknowledged.
+async fn stored_row(
+    bench: &Bench<'_>,
+    key: &str,
+    title: String,
+    n: u64,
+    work: Work,
+    concurrency: usize,
+    verify: bool,
+) -> Row {
+    let stream = format!("BENCH_ORDERS_{n}");
+    let subject = format!("bench.orders.{n}");
+    eprintln!("{title}: the stream of {n} messages ...");
+    fill_stream(bench.js, &stream, &subject, n).await;
+    eprintln!("{title} ...");
+    let rounds = by_side(bench.args.rounds, &bench.args.sides(), |side, i| {
+        let consume = Consume {
+            stream: &stream,
+            subject: &subject,
+            durable: unique(&format!("{key}-{side:?}-{i}")),
+            work,
+            concurrency,
+        };
+        async move {
+            let counter = Counter::new(n, Record::Window);
+            round(bench.url, side, &consume, &counter, || None).await;
+            if verify {
+                verify_acked(bench.js, consume.stream, &consume.durable, n).await;
+            }
+            let js_stream = bench.js.get_stream(consume.stream).await;
+            let _ = js_stream
+                .expect("the stream exists")
+                .delete_consumer(&consume.durable)
+                .await;
+            counter.result()
+        }
+    })
+    .await;
+    Row {
+        scenario: format!("{title} ({n} msgs)"),
+        rounds,
+    }
+}
+
+/// Every JetStream throughput row the arguments ask for: ack, batches, reply, stored reply.
+pub async fn throughput(bench: &Bench<'_>) -> Vec<Row> {
+    let args = bench.args;
+    let mut rows = Vec::new();
+    if args.runs(Scenario::JsAck) {
+        let n = args.messages(100_000);
+        let title = "JetStream pull, ack each".to_owned();
+        rows.push(stored_row(bench, "js-ack", title, n, Work::Ack, 1, true).await);
+    }
+    if args.runs(Scenario::JsBatch) {
+        let n = args.messages(100_000);
+        for size in [10, 100] {
+            let title = format!("JetStream batches of {size}, ack each");
+            let work = Work::Batch(NonZeroUsize::new(size).expect("not zero"));
+            let key = format!("js-batch-{size}");
+            rows.push(stored_row(bench, &key, title, n, work, 1, true).await);
+        }
+    }
+    if args.runs(Scenario::JsReply) {
+        let n = args.messages(100_000);
+        let title = "JetStream consume and reply (1 Core publish each)".to_owned();
+        rows.push(stored_row(bench, "js-reply", title, n, Work::Reply, 1, false).await);
+    }
+    if args.runs(Scenario::JsReplyStored) {
+        let n = args.messages(20_000);
+        let _ = bench.js.delete_stream(RECEIPTS_STREAM).await;
+        bench
+            .js
+            .create_stream(stream::Config {
+                name: RECEIPTS_STREAM.to_owned(),
+                subjects: vec![StoredReceipt::SUBJECT.to_owned()],
+                storage: stream::StorageType::Memory,
+                ..Default::default()
+            })
+            .await
+            .expect("the receipts stream is created");
+        let title = "JetStream consume and reply to a stream (confirmed, deduplicated)".to_owned();
+        let work = Work::StoredReply;
+        rows.push(stored_row(bench, "js-reply-stored", title, n, work, 1, true).await);
+    }
+    rows
+}
+
+/// The 1 ms I/O rows: concurrency 1 (a tenth of the messages), then each `--concurrency`.
+pub async fn io(bench: &Bench<'_>) -> Vec<(usize, Row)> {
+    let many = bench.args.messages(20_000);
+    let single = (many / 10).max(100);
+    let mut levels = vec![1];
+    levels.extend(bench.args.concurrency.iter().copied().filter(|&c| c > 1));
+    let mut rows = Vec::new();
+    for concurrency in levels {
+        let n = if concurrency == 1 { single } else { many };
+        let title = format!("JetStream 1 ms I/O, concurrency {concurrency}");
+        let key = format!("io-{concurrency}");
+        let row = stored_row(bench, &key, title, n, Work::Io, concurrency, false).await;
+        rows.push((concurrency, row));
+    }
+    rows
+}
