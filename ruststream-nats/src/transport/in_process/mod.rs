@@ -43,6 +43,7 @@ use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+#[cfg(feature = "testing")]
 pub use self::checks::MAX_PAYLOAD;
 use self::checks::{check_name, check_payload, check_subject};
 pub use self::facts::{ConsumerFacts, StoredMessage, StreamLimits};
