@@ -8,13 +8,13 @@
 //! 3 000 messages of each kind by default; `RUSTSTREAM_SCALE_MESSAGES=30000 cargo test --test
 //! scale_instances` runs the full count.
 
-mod scale_support;
+mod support;
 
 use std::time::Instant;
 
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::cluster::free_port;
-use scale_support::*;
+use support::scale::*;
 use tokio::task::block_in_place;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
