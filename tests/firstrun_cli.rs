@@ -7,7 +7,7 @@
 //! `ruststream::app::cli::main_from` with the example's `app` and exits with its status.
 
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use std::time::{Duration, Instant};
 use support::program::run;
@@ -17,26 +17,8 @@ use ruststream_test_server::client::{connect_jetstream, create_stream};
 
 mod support;
 
-/// `examples/payments.rs`, compiled unchanged in this module.
-#[allow(dead_code)]
-mod payments {
-    include!("../examples/payments.rs");
-
-    pub(crate) fn service() -> impl App {
-        app()
-    }
-}
-
-/// In the child: the example's program, with the arguments the parent gave.
-#[test]
-fn as_the_app() {
-    support::program::as_the_app("payments", payments::service);
-}
-
-/// The example's program with arguments `args`.
-fn payments<const N: usize>(args: [&str; N]) -> Command {
-    support::program::program(args)
-}
+// `examples/payments.rs`, unchanged, as the program this test runs.
+example_program!(payments, "payments.rs");
 
 #[test]
 fn help_and_version_name_the_app() {

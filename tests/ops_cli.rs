@@ -16,26 +16,8 @@ use ruststream_test_server::client::{connect_jetstream, create_stream, publish_s
 
 mod support;
 
-/// `examples/payments.rs`, compiled unchanged in this module.
-#[allow(dead_code)]
-mod payments {
-    include!("../examples/payments.rs");
-
-    pub(crate) fn service() -> impl App {
-        app()
-    }
-}
-
-/// In the child: the example's program, with the arguments the parent gave.
-#[test]
-fn as_the_app() {
-    support::program::as_the_app("payments", payments::service);
-}
-
-/// The example's program with arguments `args`.
-fn payments<const N: usize>(args: [&str; N]) -> Command {
-    support::program::program(args)
-}
+// `examples/payments.rs`, unchanged, as the program this test runs.
+example_program!(payments, "payments.rs");
 
 fn output(command: &mut Command) -> (bool, String) {
     let out = command.output().expect("the program runs");

@@ -69,3 +69,36 @@ pub fn run(command: &mut Command) -> (Output, String, String) {
     let stderr = program_lines(&String::from_utf8_lossy(&output.stderr));
     (output, stdout, stderr)
 }
+
+/// Makes this test crate the program of an example: a module `$module` with the example's code
+/// (`include!` of `examples/$file`, unchanged), the test `as_the_app` that runs its `app()` in
+/// the child, and `fn $module(args) -> Command` that starts the child.
+///
+/// ```ignore
+/// example_program!(payments, "payments.rs");
+/// let (out, stdout, _) = run(&mut payments(["--help"]));
+/// ```
+#[macro_export]
+macro_rules! example_program {
+    ($module:ident, $file:literal) => {
+        #[allow(dead_code)]
+        mod $module {
+            include!(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/", $file));
+
+            pub(crate) fn service() -> impl App {
+                app()
+            }
+        }
+
+        /// In the child: the example's program, with the arguments the parent gave.
+        #[test]
+        fn as_the_app() {
+            $crate::support::program::as_the_app(stringify!($module), $module::service);
+        }
+
+        /// The example's program with arguments `args`.
+        fn $module<const N: usize>(args: [&str; N]) -> ::std::process::Command {
+            $crate::support::program::program(args)
+        }
+    };
+}
