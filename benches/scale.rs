@@ -14,7 +14,7 @@
 //! and the table shows the median with the slowest and fastest round. After each round the
 //! server must report every order acknowledged, or the run fails.
 
-#[path = "../tests/scale_support/mod.rs"]
+#[path = "../tests/support/scale.rs"]
 mod scale_support;
 
 use std::time::Instant;

@@ -1,18 +1,18 @@
-//! A batch handler on JetStream: sensor readings written to a time-series database in bulk, and
-//! each reading settled on its own with the `Vec<HandlerOutcome>` the handler returns.
-//!
-//! | reading | outcome | on the server |
-//! | --- | --- | --- |
-//! | written | `ack()` | `+ACK`: finished |
-//! | below absolute zero (a broken sensor) | `drop()` | `+TERM`: never delivered again |
-//! | its series is being compacted | `retry_after(2 s)` | `-NAK` with the delay: delivered again, delivered + 1, in a later batch |
-//!
-//! ```text
-//! cargo run --example batches -- describe   # the registrations, without connecting
-//! cargo run --example batches               # runs against nats://localhost:4222
-//! ```
-//!
-//! The twin without macros is `examples/manual/batches.rs`.
+// A batch handler on JetStream: sensor readings written to a time-series database in bulk, and
+// each reading settled on its own with the `Vec<HandlerOutcome>` the handler returns.
+//
+// | reading | outcome | on the server |
+// | --- | --- | --- |
+// | written | `ack()` | `+ACK`: finished |
+// | below absolute zero (a broken sensor) | `drop()` | `+TERM`: never delivered again |
+// | its series is being compacted | `retry_after(2 s)` | `-NAK` with the delay: delivered again, delivered + 1, in a later batch |
+//
+// ```text
+// cargo run --example batches -- describe   # the registrations, without connecting
+// cargo run --example batches               # runs against nats://localhost:4222
+// ```
+//
+// The twin without macros is `examples/manual/batches.rs`.
 
 use std::time::Duration;
 

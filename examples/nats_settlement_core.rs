@@ -1,11 +1,11 @@
-//! At most once on Core NATS: a shipping notice whose mail server does not answer asks for a
-//! retry, and the message is not delivered again. The code of the guide "At most once".
-//!
-//! ```text
-//! cargo run --example nats_settlement_core -- describe
-//! ```
-//!
-//! The twin without macros is `examples/manual/nats_settlement_core.rs`.
+// At most once on Core NATS: a shipping notice whose mail server does not answer asks for a
+// retry, and the message is not delivered again. The code of the guide "At most once".
+//
+// ```text
+// cargo run --example nats_settlement_core -- describe
+// ```
+//
+// The twin without macros is `examples/manual/nats_settlement_core.rs`.
 
 use std::fmt;
 

@@ -1,19 +1,19 @@
-//! An order worker made to run as many replicas: every instance reads one durable JetStream
-//! consumer (the server spreads the orders among them, each order to one instance at a time) and
-//! one Core queue group (each notification to exactly one instance). The code of the guide
-//! "Deploying: many instances and a cluster" (`docs/deployment.md`).
-//!
-//! ```text
-//! cargo run --example orders_worker -- describe   # the registrations, without connecting
-//! NATS_URL=nats://n1:4222,nats://n2:4222,nats://n3:4222 HOSTNAME=worker-1 \
-//!     cargo run --example orders_worker           # one instance; start as many as you need
-//! ```
-//!
-//! `NATS_URL` lists the servers (default `nats://localhost:4222`); `HOSTNAME` names the
-//! instance in its answers (a container's hostname, `local` when unset). The stream `ORDERS`
-//! (storing `orders.placed`) is created by the operator, with the replicas the cluster needs.
-//!
-//! The twin without macros is `examples/manual/orders_worker.rs`.
+// An order worker made to run as many replicas: every instance reads one durable JetStream
+// consumer (the server spreads the orders among them, each order to one instance at a time) and
+// one Core queue group (each notification to exactly one instance). The code of the guide
+// "Deploying: many instances and a cluster" (`docs/deployment.md`).
+//
+// ```text
+// cargo run --example orders_worker -- describe   # the registrations, without connecting
+// NATS_URL=nats://n1:4222,nats://n2:4222,nats://n3:4222 HOSTNAME=worker-1 \
+//     cargo run --example orders_worker           # one instance; start as many as you need
+// ```
+//
+// `NATS_URL` lists the servers (default `nats://localhost:4222`); `HOSTNAME` names the
+// instance in its answers (a container's hostname, `local` when unset). The stream `ORDERS`
+// (storing `orders.placed`) is created by the operator, with the replicas the cluster needs.
+//
+// The twin without macros is `examples/manual/orders_worker.rs`.
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -1,13 +1,13 @@
-//! A payments service: captures authorized payments at the bank (a JetStream consumer that
-//! settles each payment with the bank's answer) and refreshes a dashboard on every capture (a
-//! Core NATS subject). The code of the guide "Acknowledgement and delivery guarantees".
-//!
-//! ```text
-//! cargo run --example payments -- describe   # the registrations, without connecting
-//! cargo run --example payments               # runs against nats://localhost:4222
-//! ```
-//!
-//! The twin without macros is `examples/manual/payments.rs`.
+// A payments service: captures authorized payments at the bank (a JetStream consumer that
+// settles each payment with the bank's answer) and refreshes a dashboard on every capture (a
+// Core NATS subject). The code of the guide "Acknowledgement and delivery guarantees".
+//
+// ```text
+// cargo run --example payments -- describe   # the registrations, without connecting
+// cargo run --example payments               # runs against nats://localhost:4222
+// ```
+//
+// The twin without macros is `examples/manual/payments.rs`.
 
 use std::collections::HashSet;
 use std::convert::Infallible;

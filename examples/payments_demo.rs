@@ -35,8 +35,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead as _, BufReader};
-use std::net::{TcpStream, ToSocketAddrs as _};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -53,10 +51,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-/// `examples/payments.rs`, included unchanged (see `tests/examples_support/build.rs`).
+/// `examples/payments.rs`, compiled unchanged in this module.
 #[allow(dead_code)]
 mod payments {
-    include!(concat!(env!("OUT_DIR"), "/examples/payments.rs"));
+    include!("payments.rs");
 
     /// The service the demo runs: the example's `app()`.
     pub(crate) fn service() -> impl App {
@@ -266,7 +264,7 @@ fn find_nats(wanted: &str) -> Nats {
         return Nats::Embedded { fast: false };
     }
     println!("  NATS    {why} ({wanted}): starting a nats-server with JetStream");
-    match start_server() {
+    match NatsServer::try_start() {
         Ok(server) => {
             println!(
                 "          {} at {}, with a temporary store (stopped at the end)",
@@ -278,7 +276,8 @@ fn find_nats(wanted: &str) -> Nats {
                 own: Some(Box::new(server)),
             }
         }
-        Err(message) => {
+        Err(error) => {
+            let message = error.to_string();
             let first = message.lines().next().unwrap_or_default();
             println!("          no nats-server could be started ({first})");
             Nats::Embedded { fast: false }
@@ -293,55 +292,30 @@ enum Probe {
     Nothing,
 }
 
-/// Reads the `INFO` line a nats-server sends first, from the first server of `url`.
+/// What the server at `url` says of itself when a client connects (its `INFO`, as async-nats
+/// reads it, the way the runtime reads the server's version).
 fn probe(url: &str) -> Probe {
-    let first = url.split(',').next().unwrap_or(url).trim();
-    let rest = first.split_once("://").map_or(first, |(_, rest)| rest);
-    let host_port = rest.rsplit_once('@').map_or(rest, |(_, hp)| hp);
-    let host_port = host_port.trim_end_matches('/');
-    let address = if host_port.contains(':') {
-        host_port.to_owned()
-    } else {
-        format!("{host_port}:4222")
-    };
-    let Some(stream) = address.to_socket_addrs().ok().and_then(|mut addrs| {
-        addrs.find_map(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok())
-    }) else {
-        return Probe::Nothing;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut line = String::new();
-    if BufReader::new(stream).read_line(&mut line).is_err() {
-        return Probe::Nothing;
-    }
-    let Some(info) = line
-        .strip_prefix("INFO ")
-        .and_then(|json| serde_json::from_str::<serde_json::Value>(json.trim()).ok())
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
     else {
         return Probe::Nothing;
     };
-    if info["jetstream"].as_bool() == Some(true) {
-        Probe::JetStream {
-            version: info["version"].as_str().unwrap_or("?").to_owned(),
+    runtime.block_on(async {
+        let connect = async_nats::ConnectOptions::new()
+            .connection_timeout(Duration::from_secs(2))
+            .connect(url);
+        let Ok(Ok(client)) = tokio::time::timeout(Duration::from_secs(4), connect).await else {
+            return Probe::Nothing;
+        };
+        let info = client.server_info();
+        if info.jetstream {
+            Probe::JetStream {
+                version: info.version,
+            }
+        } else {
+            Probe::NoJetStream
         }
-    } else {
-        Probe::NoJetStream
-    }
-}
-
-/// Starts a nats-server with JetStream on a free port; the message says why not.
-fn start_server() -> Result<NatsServer, String> {
-    // The test support panics with install instructions; say them without a backtrace.
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let started = std::panic::catch_unwind(NatsServer::start);
-    std::panic::set_hook(hook);
-    started.map_err(|panic| {
-        panic
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap_or_else(|| "the nats-server did not start".to_owned())
     })
 }
 

@@ -1,19 +1,19 @@
-//! Retries with a cap, and dead letters, on both models: the code of the guide "Retries and dead
-//! letters". An order service reserves stock through a JetStream consumer, mails receipts on a
-//! Core subject, and writes audit events from a Core pattern.
-//!
-//! | registration | model | a retry | the cap | at the cap |
-//! | --- | --- | --- | --- | --- |
-//! | `reserve` | JetStream | `-NAK` with 5 s: the server holds the order | 3 | to `orders.dead`, then `+TERM` |
-//! | `mail_receipt` | Core subject | a copy to `receipts.send`, at once | 2 | to `receipts.dead` |
-//! | `audit` | Core pattern | a copy to `audit.retry`, after 1 s | 3 | let go |
-//!
-//! ```text
-//! cargo run --example retries_dead_letters -- describe   # the registrations, without connecting
-//! cargo run --example retries_dead_letters               # runs against nats://localhost:4222
-//! ```
-//!
-//! The twin without macros is `examples/manual/retries_dead_letters.rs`.
+// Retries with a cap, and dead letters, on both models: the code of the guide "Retries and dead
+// letters". An order service reserves stock through a JetStream consumer, mails receipts on a
+// Core subject, and writes audit events from a Core pattern.
+//
+// | registration | model | a retry | the cap | at the cap |
+// | --- | --- | --- | --- | --- |
+// | `reserve` | JetStream | `-NAK` with 5 s: the server holds the order | 3 | to `orders.dead`, then `+TERM` |
+// | `mail_receipt` | Core subject | a copy to `receipts.send`, at once | 2 | to `receipts.dead` |
+// | `audit` | Core pattern | a copy to `audit.retry`, after 1 s | 3 | let go |
+//
+// ```text
+// cargo run --example retries_dead_letters -- describe   # the registrations, without connecting
+// cargo run --example retries_dead_letters               # runs against nats://localhost:4222
+// ```
+//
+// The twin without macros is `examples/manual/retries_dead_letters.rs`.
 
 use std::fmt;
 use std::time::Duration;

@@ -4,9 +4,9 @@
 //!
 //! The readings are stored before the service starts, so its first pull takes them as one batch.
 //!
-//! Each example's code is included into a module of this test (see `tests/examples_support/build.rs`).
+//! Each example's code is included into a module of this test (`include!` of the file itself).
 
-mod examples_support;
+mod support;
 
 /// The scenarios, expanded inside the module of each twin (`super::*` is the example's code).
 macro_rules! batches_scenarios {
@@ -81,7 +81,7 @@ macro_rules! batches_scenarios {
                 COMPACTION_BACKOFF, Reading, app, every_reading_settled, first_outcomes,
                 outcomes_by_sensor, reading, readings,
             };
-            use crate::examples_support::nak_with;
+            use crate::support::examples::nak_with;
 
             /// The app started on an emulated server whose stream already holds `readings`.
             async fn start_with(readings: &[Reading]) -> TestApp {
@@ -171,7 +171,7 @@ macro_rules! batches_scenarios {
                 COMPACTION_BACKOFF, Reading, app, every_reading_settled, first_outcomes,
                 outcomes_by_sensor, reading, readings,
             };
-            use crate::examples_support::{Live, PATIENCE, nak_with};
+            use crate::support::examples::{Live, PATIENCE, nak_with};
 
             #[tokio::test]
             async fn a_batch_is_settled_message_by_message() {
@@ -269,7 +269,7 @@ macro_rules! batches_scenarios {
 /// `examples/batches.rs`, with `#[subscriber]`.
 #[allow(dead_code)]
 mod batches {
-    include!(concat!(env!("OUT_DIR"), "/examples/batches.rs"));
+    include!("../examples/batches.rs");
 
     batches_scenarios!();
 }
@@ -277,7 +277,7 @@ mod batches {
 /// `examples/manual/batches.rs`, with `HandleBatch` by hand.
 #[allow(dead_code)]
 mod manual_batches {
-    include!(concat!(env!("OUT_DIR"), "/examples/manual/batches.rs"));
+    include!("../examples/manual/batches.rs");
 
     batches_scenarios!();
 }

@@ -3,9 +3,9 @@
 //! clock) and live (a real nats-server): at most once on Core NATS, a `retry` with no cap
 //! delivers nothing again.
 //!
-//! Each example's code is included into a module of this test (see `tests/examples_support/build.rs`).
+//! Each example's code is included into a module of this test (`include!` of the file itself).
 
-mod examples_support;
+mod support;
 
 /// The scenarios, expanded inside the module of each twin; `$name` is the registration's name
 /// (`notify` with the macro, `Notify` by hand: a manual handler is named after its type).
@@ -68,7 +68,7 @@ macro_rules! settlement_core_scenarios {
             use ruststream_nats::prelude::*;
 
             use super::{app, shipped};
-            use crate::examples_support::Live;
+            use crate::support::examples::Live;
 
             #[tokio::test]
             async fn a_shipping_notice_is_mailed_once() {
@@ -113,10 +113,7 @@ macro_rules! settlement_core_scenarios {
 /// `examples/nats_settlement_core.rs`, with `#[subscriber]`.
 #[allow(dead_code)]
 mod nats_settlement_core {
-    include!(concat!(
-        env!("OUT_DIR"),
-        "/examples/nats_settlement_core.rs"
-    ));
+    include!("../examples/nats_settlement_core.rs");
 
     settlement_core_scenarios!("notify");
 }
@@ -124,10 +121,7 @@ mod nats_settlement_core {
 /// `examples/manual/nats_settlement_core.rs`, with `Handle` by hand.
 #[allow(dead_code)]
 mod manual_nats_settlement_core {
-    include!(concat!(
-        env!("OUT_DIR"),
-        "/examples/manual/nats_settlement_core.rs"
-    ));
+    include!("../examples/manual/nats_settlement_core.rs");
 
     settlement_core_scenarios!("Notify");
 }

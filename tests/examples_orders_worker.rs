@@ -3,7 +3,7 @@
 //! with `TestApp`, live on a real nats-server). Many instances of it, as child processes, are
 //! `tests/scale_instances.rs`.
 
-mod examples_support;
+mod support;
 
 /// The scenarios, expanded inside the module of each twin (`super::*` is the example's code).
 macro_rules! orders_worker_scenarios {
@@ -55,7 +55,7 @@ macro_rules! orders_worker_scenarios {
             use ruststream_nats::prelude::*;
 
             use super::{Fulfilled, Notified, Notify, Order, app, this_instance};
-            use crate::examples_support::Live;
+            use crate::support::examples::Live;
 
             #[tokio::test]
             async fn an_order_is_fulfilled_and_a_notification_answered_by_this_instance() {
@@ -99,7 +99,7 @@ macro_rules! orders_worker_scenarios {
 /// `examples/orders_worker.rs`, with `#[subscriber]`.
 #[allow(dead_code)]
 mod orders_worker {
-    include!(concat!(env!("OUT_DIR"), "/examples/orders_worker.rs"));
+    include!("../examples/orders_worker.rs");
 
     orders_worker_scenarios!();
 }
@@ -107,10 +107,7 @@ mod orders_worker {
 /// `examples/manual/orders_worker.rs`, with `Handle` by hand.
 #[allow(dead_code)]
 mod manual_orders_worker {
-    include!(concat!(
-        env!("OUT_DIR"),
-        "/examples/manual/orders_worker.rs"
-    ));
+    include!("../examples/manual/orders_worker.rs");
 
     orders_worker_scenarios!();
 }

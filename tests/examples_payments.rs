@@ -10,11 +10,11 @@
 //! The bank stand-in answers by card: `visa` is captured, `busy-once` is Busy once, `flaky` is
 //! Unavailable once, `declined` is always declined.
 //!
-//! Each example's code is included into a module of this test (see `tests/examples_support/build.rs`), where its
-//! private `app()` and message types are in scope; the scenarios are written once and expanded
-//! in both modules.
+//! Each example's code is included into a module of this test (`include!` of the file itself),
+//! where its private `app()` and message types are in scope; the scenarios are written once and
+//! expanded in both modules.
 
-mod examples_support;
+mod support;
 
 /// The scenarios, expanded inside the module of each twin (`super::*` is the example's code).
 macro_rules! payments_scenarios {
@@ -42,7 +42,7 @@ macro_rules! payments_scenarios {
             use tokio::time::Instant;
 
             use super::{BACKOFF, Captured, app, captured, payment};
-            use crate::examples_support::nak_with;
+            use crate::support::examples::nak_with;
 
             fn consumer(t: &TestApp) -> ConsumerFacts {
                 t.nats()
@@ -180,7 +180,7 @@ macro_rules! payments_scenarios {
             use ruststream_nats::prelude::*;
 
             use super::{BACKOFF, Captured, app, captured, payment};
-            use crate::examples_support::{Live, PATIENCE, nak_with};
+            use crate::support::examples::{Live, PATIENCE, nak_with};
 
             #[tokio::test]
             async fn a_captured_payment_is_replied_and_acknowledged() {
@@ -351,7 +351,7 @@ macro_rules! payments_scenarios {
 /// `examples/payments.rs`, with `#[subscriber]`.
 #[allow(dead_code)]
 mod payments {
-    include!(concat!(env!("OUT_DIR"), "/examples/payments.rs"));
+    include!("../examples/payments.rs");
 
     payments_scenarios!();
 }
@@ -359,7 +359,7 @@ mod payments {
 /// `examples/manual/payments.rs`, with `Handle` by hand.
 #[allow(dead_code)]
 mod manual_payments {
-    include!(concat!(env!("OUT_DIR"), "/examples/manual/payments.rs"));
+    include!("../examples/manual/payments.rs");
 
     payments_scenarios!();
 }

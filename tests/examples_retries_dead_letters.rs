@@ -3,9 +3,9 @@
 //! clock) and live (a real nats-server, with the examples' real 5 s and 1 s delays): the cap on
 //! JetStream and on Core, the dead letters, and the copies of a Core pattern sent to `retry_to`.
 //!
-//! Each example's code is included into a module of this test (see `tests/examples_support/build.rs`).
+//! Each example's code is included into a module of this test (`include!` of the file itself).
 
-mod examples_support;
+mod support;
 
 /// The scenarios, expanded inside the module of each twin (`super::*` is the example's code).
 macro_rules! retries_scenarios {
@@ -43,7 +43,7 @@ macro_rules! retries_scenarios {
             use super::{
                 AUDIT_BACKOFF, AuditEvent, Receipt, WAREHOUSE_BACKOFF, app, event, order, receipt,
             };
-            use crate::examples_support::nak_with;
+            use crate::support::examples::nak_with;
 
             fn subjects(t: &TestApp, registration: &str) -> Vec<String> {
                 t.handled(registration)
@@ -247,7 +247,7 @@ macro_rules! retries_scenarios {
             use super::{
                 AUDIT_BACKOFF, AuditEvent, Receipt, WAREHOUSE_BACKOFF, app, event, order, receipt,
             };
-            use crate::examples_support::{Live, PATIENCE, nak_with};
+            use crate::support::examples::{Live, PATIENCE, nak_with};
 
             fn subjects(live: &Live, registration: &str) -> Vec<String> {
                 live.recorder()
@@ -494,10 +494,7 @@ macro_rules! retries_scenarios {
 /// `examples/retries_dead_letters.rs`, with `#[subscriber]`.
 #[allow(dead_code)]
 mod retries_dead_letters {
-    include!(concat!(
-        env!("OUT_DIR"),
-        "/examples/retries_dead_letters.rs"
-    ));
+    include!("../examples/retries_dead_letters.rs");
 
     retries_scenarios!();
 }
@@ -505,10 +502,7 @@ mod retries_dead_letters {
 /// `examples/manual/retries_dead_letters.rs`, with `Handle` by hand.
 #[allow(dead_code)]
 mod manual_retries_dead_letters {
-    include!(concat!(
-        env!("OUT_DIR"),
-        "/examples/manual/retries_dead_letters.rs"
-    ));
+    include!("../examples/manual/retries_dead_letters.rs");
 
     retries_scenarios!();
 }

@@ -3,77 +3,22 @@
 //! `NATS_URL`, and `run --embedded` with a seed file.
 //!
 //! Each case runs this test binary again as the app's program: the child runs only the test
-//! `as_the_app`, which hands the arguments in `FIRSTRUN_CLI_ARGS` to
+//! `as_the_app`, which hands the arguments the parent gave (`tests/support/program.rs`) to
 //! `ruststream::app::cli::main_from` with the example's `app` and exits with its status.
 
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::process::{Command, ExitCode, Output, Stdio};
+use std::process::Stdio;
+
 use std::time::{Duration, Instant};
+use support::program::run;
 
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::client::{connect_jetstream, create_stream};
 
-/// `examples/payments.rs`, included unchanged (see `tests/examples_support/build.rs`).
-#[allow(dead_code)]
-mod payments {
-    include!(concat!(env!("OUT_DIR"), "/examples/payments.rs"));
+mod support;
 
-    pub(crate) fn service() -> impl App {
-        app()
-    }
-}
-
-const ARGS: &str = "FIRSTRUN_CLI_ARGS";
-/// Separates the arguments in `FIRSTRUN_CLI_ARGS`.
-const SEP: char = '\u{1f}';
-
-/// In the child: the example's program, with the arguments the parent gave.
-#[test]
-fn as_the_app() {
-    let Ok(args) = std::env::var(ARGS) else {
-        return; // Not a child: nothing to do.
-    };
-    let args = std::iter::once("payments".to_owned())
-        .chain(args.split(SEP).filter(|a| !a.is_empty()).map(str::to_owned));
-    let code = ruststream::app::cli::main_from(payments::service, args);
-    std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
-}
-
-/// The example's program with arguments `args`.
-fn payments<const N: usize>(args: [&str; N]) -> Command {
-    let exe = std::env::current_exe().expect("the test's path");
-    let mut command = Command::new(exe);
-    command
-        .args([
-            "--exact",
-            "as_the_app",
-            "--nocapture",
-            "--test-threads=1",
-            "--quiet",
-        ])
-        .env(ARGS, args.join(&SEP.to_string()))
-        .env_remove("NATS_URL")
-        .env_remove("RUSTSTREAM_EMBEDDED")
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    command
-}
-
-/// The harness's own lines (`running 1 test`) are not the program's.
-fn program_lines(text: &str) -> String {
-    text.lines()
-        .filter(|l| !l.starts_with("running 1 test") && !l.starts_with("test result"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn run(command: &mut Command) -> (Output, String, String) {
-    let output = command.output().expect("the program runs");
-    let stdout = program_lines(&String::from_utf8_lossy(&output.stdout));
-    let stderr = program_lines(&String::from_utf8_lossy(&output.stderr));
-    (output, stdout, stderr)
-}
+// `examples/payments.rs`, unchanged, as the program this test runs.
+example_program!(payments, "payments.rs");
 
 #[test]
 fn help_and_version_name_the_app() {

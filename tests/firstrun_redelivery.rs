@@ -9,13 +9,13 @@
 //! pull request waiting on the server before the last one expires, so there is always one to
 //! take the redelivery. Each round below puts the delay's end on a request's expiry.
 
-mod nats_support;
+mod support;
 
 use std::time::Duration;
 
-use nats_support::*;
 use ruststream::HandlerOutcome;
 use ruststream_test_server::client::eventually;
+use support::nats::*;
 
 /// The pull expiry, and the delay the handler asks for: the two end together.
 const EXPIRY: Duration = Duration::from_secs(3);

@@ -2,16 +2,16 @@
 //! why and what to do), payloads that do not decode, handlers that panic, a dead-letter publish
 //! that fails, batches, and durable consumers whose settings changed.
 
-mod nats_support;
+mod support;
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::stream;
-use nats_support::*;
 use ruststream::{BatchContext, BatchOutcome, ErrorKind, HandleBatch, HandlerOutcome};
 use ruststream_nats::{CoreWildcard, JetStreamSubject, NatsBroker};
+use support::nats::*;
 
 /// An address nothing listens on.
 fn closed_port_url() -> String {

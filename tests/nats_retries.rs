@@ -2,13 +2,13 @@
 //! JetStream counts with the server's delivered, Core with the copies' retry-count header; at the
 //! cap the delivery goes to the dead-letter subject as it arrived, or ends.
 
-mod nats_support;
+mod support;
 
 use std::time::Duration;
 
-use nats_support::*;
 use ruststream::HandlerOutcome;
 use ruststream_nats::{CoreSubject, CoreWildcard, RETRY_COUNT_HEADER};
+use support::nats::*;
 
 #[tokio::test]
 async fn jetstream_at_the_cap_without_a_dead_letter_is_terminated() {

@@ -2,13 +2,13 @@
 //! JetStream delivery (consumer info, redeliveries) and to a Core one (what comes back on the
 //! wire), and a graceful stop whose settlements reach the server.
 
-mod nats_support;
+mod support;
 
 use std::time::Duration;
 
-use nats_support::*;
 use ruststream::{Env, ErrorKind, HandlerOutcome};
 use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker, RETRY_COUNT_HEADER};
+use support::nats::*;
 
 #[tokio::test]
 async fn ack_finishes_the_message() {

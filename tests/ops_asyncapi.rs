@@ -12,7 +12,7 @@ macro_rules! example {
     ($module:ident, $file:literal) => {
         #[allow(dead_code)]
         mod $module {
-            include!(concat!(env!("OUT_DIR"), "/examples/", $file));
+            include!(concat!("../examples/", $file));
 
             pub(crate) fn service() -> impl App {
                 app()

@@ -10,58 +10,22 @@
 //! `chromium-headless-shell` with apt-get when no browser is found).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ruststream::asyncapi::{document, to_html};
 use serde_json::Value;
 
-/// `examples/payments.rs`, included unchanged (see `tests/examples_support/build.rs`).
-#[allow(dead_code)]
-mod payments {
-    include!(concat!(env!("OUT_DIR"), "/examples/payments.rs"));
+mod support;
 
-    pub(crate) fn service() -> impl App {
-        app()
-    }
-}
+use support::program::run;
 
-/// Set in the child: run the example's `main` with `asyncapi --html`.
-const AS_THE_APP: &str = "OPS_ASYNCAPI_HTML_CHILD";
-
-/// In the child: the example's program, printing its page.
-#[test]
-fn as_the_app() {
-    if std::env::var_os(AS_THE_APP).is_none() {
-        return; // Not a child: nothing to do.
-    }
-    let code =
-        ruststream::app::cli::main_from(payments::service, ["payments", "asyncapi", "--html"]);
-    std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
-}
+example_program!(payments, "payments.rs");
 
 /// The page `payments asyncapi --html` prints.
 fn payments_page() -> String {
-    let exe = std::env::current_exe().expect("the test's path");
-    let out = Command::new(exe)
-        .args([
-            "--exact",
-            "as_the_app",
-            "--nocapture",
-            "--test-threads=1",
-            "--quiet",
-        ])
-        .env(AS_THE_APP, "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("the program runs");
-    assert!(
-        out.status.success(),
-        "asyncapi --html failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).expect("UTF-8");
-    // The test harness prints around the program's output.
+    let (out, stdout, stderr) = run(&mut payments(["asyncapi", "--html"]));
+    assert!(out.status.success(), "asyncapi --html failed: {stderr}");
     let start = stdout.find("<!DOCTYPE html>").expect("a page");
     let end = stdout.find("</html>").expect("the end of the page") + "</html>".len();
     stdout[start..end].to_owned()

@@ -7,61 +7,17 @@
 //! `firstrun_cli.rs` does.
 
 use std::io::{BufRead as _, BufReader};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::client::{connect_jetstream, create_stream, publish_stored};
 
-/// `examples/payments.rs`, included unchanged (see `tests/examples_support/build.rs`).
-#[allow(dead_code)]
-mod payments {
-    include!(concat!(env!("OUT_DIR"), "/examples/payments.rs"));
+mod support;
 
-    pub(crate) fn service() -> impl App {
-        app()
-    }
-}
-
-const ARGS: &str = "OPS_CLI_ARGS";
-/// Separates the arguments in `OPS_CLI_ARGS`.
-const SEP: char = '\u{1f}';
-
-/// In the child: the example's program, with the arguments the parent gave.
-#[test]
-fn as_the_app() {
-    let Ok(args) = std::env::var(ARGS) else {
-        return; // Not a child: nothing to do.
-    };
-    let args = std::iter::once("payments".to_owned())
-        .chain(args.split(SEP).filter(|a| !a.is_empty()).map(str::to_owned));
-    let code = ruststream::app::cli::main_from(payments::service, args);
-    std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
-}
-
-/// The example's program with arguments `args`.
-fn payments<const N: usize>(args: [&str; N]) -> Command {
-    let exe = std::env::current_exe().expect("the test's path");
-    let mut command = Command::new(exe);
-    command
-        .args([
-            "--exact",
-            "as_the_app",
-            "--nocapture",
-            "--test-threads=1",
-            "--quiet",
-        ])
-        .env(ARGS, args.join(&SEP.to_string()))
-        .env_remove("NATS_URL")
-        .env_remove("RUSTSTREAM_EMBEDDED")
-        .env_remove("RUSTSTREAM_METRICS_ADDR")
-        .env_remove("RUSTSTREAM_LOG_FORMAT")
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null());
-    command
-}
+// `examples/payments.rs`, unchanged, as the program this test runs.
+example_program!(payments, "payments.rs");
 
 fn output(command: &mut Command) -> (bool, String) {
     let out = command.output().expect("the program runs");

@@ -3,19 +3,19 @@
 //! The counts after a known sequence of outcomes are exact; readiness turns false while the link
 //! is cut and while the app drains.
 
-mod nats_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use nats_support::*;
 use ruststream::telemetry::{self, Health};
 use ruststream::{Context, Handle, HandlerOutcome};
 use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker};
 use ruststream_test_server::client::{stream_messages, wait_until};
 use ruststream_test_server::proxy::Proxy;
+use support::nats::*;
 use tokio::sync::Semaphore;
 
 /// `GET http://addr/path` with a real HTTP client: the status and the body.

@@ -4,17 +4,17 @@
 //! services chained by a request and its reply share one trace, read from the spans the
 //! OpenTelemetry SDK exported.
 
-mod nats_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nats_support::*;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use ruststream_nats::prelude::*;
 use serde::{Deserialize, Serialize};
+use support::nats::*;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context as LayerContext, SubscriberExt as _};

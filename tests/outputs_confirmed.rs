@@ -7,7 +7,7 @@
 //! - a redelivered input does not store its output twice: the output carries a `Nats-Msg-Id`
 //!   derived from the input, and the stream's duplicate window drops the second copy.
 
-mod nats_support;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -20,8 +20,8 @@ use ruststream_nats::testing::{StoredMessage, StreamLimits, TestApp};
 use ruststream_nats::transport::TransportOverride;
 use serde::{Deserialize, Serialize};
 
-use nats_support::{PATIENCE, jetstream_server, millis};
 use ruststream_test_server::client::stream_messages;
+use support::nats::{PATIENCE, jetstream_server, millis};
 
 #[derive(Debug, Deserialize)]
 struct Order {
@@ -160,7 +160,7 @@ impl Server {
                 .expect("published");
             }
             Self::Live { js, .. } => {
-                nats_support::publish_stored(js, subject, payload).await;
+                support::nats::publish_stored(js, subject, payload).await;
             }
         }
     }
@@ -217,7 +217,7 @@ impl Server {
                 (info.ack_pending as u64, floor)
             }
             Self::Live { js, .. } => {
-                let info = nats_support::consumer_info(js, "ORDERS", durable).await;
+                let info = support::nats::consumer_info(js, "ORDERS", durable).await;
                 (info.num_ack_pending as u64, info.ack_floor.stream_sequence)
             }
         }

@@ -5,7 +5,7 @@
 //! NATS (`TestApp::client`) and a real nats-server, which also proves the emulation's duplicate
 //! window, expectations and payload limit.
 
-mod nats_support;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +17,8 @@ use ruststream_nats::transport::{StreamSpec, Transport as _, TransportOverride};
 use ruststream_nats::{NatsClient, StoredAck};
 use serde::Deserialize;
 
-use nats_support::PATIENCE;
 use ruststream_test_server::client::{connect_jetstream, create_stream, stream_messages};
+use support::nats::PATIENCE;
 
 #[derive(Debug, Deserialize)]
 struct Command {
@@ -69,7 +69,7 @@ impl Server {
     /// The app on a server whose `EVENTS` stores `events.>`.
     async fn start(live: bool) -> Self {
         if live {
-            nats_support::logs();
+            support::nats::logs();
             let server = ruststream_test_server::NatsServer::start();
             let (client, js) = connect_jetstream(&server).await;
             create_stream(&js, "EVENTS", ["events.>"]).await;

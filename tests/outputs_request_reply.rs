@@ -4,7 +4,7 @@
 //! real nats-server (the requester a raw async-nats client, and the app's own `NatsClient`),
 //! and in process through `TestApp`.
 
-mod nats_support;
+mod support;
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use ruststream_nats::prelude::*;
 use ruststream_nats::testing::TestApp;
 use serde::{Deserialize, Serialize};
 
-use nats_support::{Recorder, live_server, start_on};
+use support::nats::{Recorder, live_server, start_on};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Number {

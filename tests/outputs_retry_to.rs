@@ -3,13 +3,13 @@
 //! each retry as a new message), and the app warns at startup when a stream stores the subject
 //! copies go to.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
+mod support;
 
 use ruststream_nats::prelude::*;
 use ruststream_nats::testing::{InProcessNats, TestApp};
 use ruststream_nats::transport::{StreamSpec, Transport as _};
 use serde::Deserialize;
+use support::logs::Logs;
 
 #[derive(Debug, Deserialize)]
 struct Shipped {
@@ -38,40 +38,10 @@ fn app() -> impl App<State = ()> {
     )
 }
 
-/// Everything logged while it lives, on this thread.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn copies_go_to_the_retry_subject_and_a_stored_target_is_warned_about() {
     let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = logs.install();
 
     let nats = InProcessNats::new();
     nats.declare_stream(StreamSpec {

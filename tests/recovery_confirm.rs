@@ -2,17 +2,17 @@
 //! server answers, and one the server did not answer (a stalled link) is sent again until it
 //! does, instead of being lost without a word.
 
-mod nats_support;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use nats_support::*;
 use ruststream::{Context, Handle, HandlerOutcome};
 use ruststream_nats::{JetStreamSubject, NatsBroker};
 use ruststream_test_server::client::{eventually, wait_until};
 use ruststream_test_server::proxy::Proxy;
+use support::nats::*;
 
 /// A handler that answers `ack` once `go` is set.
 #[derive(Clone, Default)]

@@ -2,17 +2,17 @@
 //! where the registration stood, never replaying what it already settled; a stream that vanished
 //! is reported at error level, and the registration comes back once the stream exists again.
 
-mod nats_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::TryStreamExt as _;
-use nats_support::*;
 use ruststream::HandlerOutcome;
 use ruststream_nats::{JetStreamSubject, NatsBroker};
 use ruststream_test_server::client::eventually;
+use support::nats::*;
 
 /// How soon a registration must be handling messages again.
 const RECOVERY: Duration = Duration::from_secs(15);

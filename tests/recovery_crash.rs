@@ -2,10 +2,10 @@
 //! the message in flight is delivered again and handled, nothing else is delivered twice.
 //!
 //! The app runs as a child process: this test binary's ignored test `worker_child`, started by
-//! `ruststream_test_server::child::ChildProcess::test_entry` with the server's URL and a file to
-//! record into. It records every delivery as it starts and as it ends.
+//! `ruststream_test_server::service_process::ServiceProcess::test_entry` with the server's URL
+//! and a file to record into. It records every delivery as it starts and as it ends.
 
-mod nats_support;
+mod support;
 
 use std::fs::OpenOptions;
 use std::io::Write as _;
@@ -13,11 +13,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use async_nats::jetstream::stream;
-use nats_support::*;
 use ruststream::{App as _, AppInfo, Context, Handle, HandlerOutcome, RustStream};
 use ruststream_nats::{JetStreamSubject, NatsBroker};
-use ruststream_test_server::child::ChildProcess;
 use ruststream_test_server::client::eventually;
+use ruststream_test_server::service_process::ServiceProcess;
+use support::nats::*;
 
 const URL: &str = "RUSTSTREAM_CRASH_WORKER_URL";
 const RECORDS: &str = "RUSTSTREAM_CRASH_WORKER_RECORDS";
@@ -114,7 +114,7 @@ async fn a_worker_killed_mid_handler_redelivers_only_the_message_in_flight() {
     for id in 1..=HANGS {
         publish_stored(&js, "orders.created", order(id)).await;
     }
-    let mut worker = ChildProcess::test_entry("worker_child", &env);
+    let mut worker = ServiceProcess::test_entry("worker_child", &env);
     eventually(
         PATIENCE * 3,
         "the worker is in the middle of order 3",
@@ -137,7 +137,7 @@ async fn a_worker_killed_mid_handler_redelivers_only_the_message_in_flight() {
     for id in HANGS + 1..=5 {
         publish_stored(&js, "orders.created", order(id)).await;
     }
-    let mut again = ChildProcess::test_entry("worker_child", &env);
+    let mut again = ServiceProcess::test_entry("worker_child", &env);
     let done = eventually(PATIENCE * 3, "every order handled to the end", || async {
         let done: Vec<(u64, u64)> = records(&path)
             .into_iter()

@@ -1,12 +1,12 @@
 //! A `RunningApp` dropped without `stop` (a `select!` that cancelled `run_until`, say) stops its
 //! sources: nothing goes on pulling or settling in the background.
 
-mod nats_support;
+mod support;
 
 use std::time::Duration;
 
-use nats_support::*;
 use ruststream::HandlerOutcome;
+use support::nats::*;
 
 #[tokio::test]
 async fn a_running_app_dropped_without_stop_stops_pulling() {

@@ -2,15 +2,15 @@
 //! bodies as the live `recovery_progress` and `recovery_poison` tests, showing the emulation
 //! answers as a server does.
 
-mod nats_support;
+mod support;
 
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use nats_support::*;
 use ruststream::{AppInfo, HandlerOutcome, RustStream, Scope};
 use ruststream_nats::testing::TestApp;
 use ruststream_nats::{JetStreamSubject, NatsBroker};
+use support::nats::*;
 
 fn app(mount: impl FnOnce(&mut Scope<()>)) -> impl ruststream::App {
     RustStream::new(AppInfo::new("recovery", "0.1.0"))

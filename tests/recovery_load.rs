@@ -6,7 +6,7 @@
 //!
 //! 4 000 messages by default; `RUSTSTREAM_LOAD_FULL=1` runs the full 200 000.
 
-mod nats_support;
+mod support;
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::stream;
-use nats_support::*;
 use ruststream::{Context, Handle, HandlerOutcome};
 use ruststream_nats::JetStreamSubject;
 use ruststream_test_server::client::eventually;
+use support::nats::*;
 
 /// The cap: a message answered `retry` on its third delivery is dead-lettered.
 const CAP: u32 = 3;

@@ -8,18 +8,18 @@
 //!
 //! `RUSTSTREAM_RECOVERY_FULL=1` runs the restart test with 3 000 stored messages instead of 600.
 
-mod nats_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::TryStreamExt as _;
-use nats_support::*;
 use ruststream::HandlerOutcome;
 use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker};
 use ruststream_test_server::client::eventually;
 use ruststream_test_server::proxy::Proxy;
+use support::nats::*;
 
 /// How long the link stays cut: longer than the 5 s a server keeps an ephemeral consumer
 /// nobody pulls from.

@@ -2,17 +2,17 @@
 //! delivery that arrives past the cap (an earlier one hung past ack_wait) goes to the dead-letter
 //! subject without the handler running again.
 
-mod nats_support;
+mod support;
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nats_support::*;
 use ruststream::{Context, Handle, HandlerOutcome};
 use ruststream_nats::JetStreamSubject;
 use ruststream_test_server::client::{self, eventually};
 use serde::{Deserialize, Deserializer};
+use support::nats::*;
 
 /// An order whose `Deserialize` panics on id 13 (a custom decoder with a bug).
 #[derive(Debug)]

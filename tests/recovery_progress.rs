@@ -2,14 +2,14 @@
 //! handler runs, up to a declared deadline) keeps a slow handler's message from being delivered
 //! again; a handler timeout turns a hung handler into `retry()`. Both show in `describe`.
 
-mod nats_support;
+mod support;
 
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use nats_support::*;
 use ruststream::{AppInfo, HandlerOutcome, RustStream};
 use ruststream_nats::{JetStreamSubject, NatsBroker};
+use support::nats::*;
 
 #[tokio::test]
 async fn a_handler_slower_than_ack_wait_with_progress_is_delivered_once() {

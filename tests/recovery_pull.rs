@@ -1,14 +1,14 @@
 //! The pull consumer's edges, live: forged messages on the pull inbox, a server that refuses a
 //! request because too many wait, and a pull expiry of zero (no heartbeats) across a server restart.
 
-mod nats_support;
+mod support;
 
 use std::time::Duration;
 
 use async_nats::jetstream::consumer;
-use nats_support::*;
 use ruststream::HandlerOutcome;
 use ruststream_nats::{JetStreamSubject, NatsBroker};
+use support::nats::*;
 
 /// Where the app's pull requests for consumer `durable` of [`STREAM`] go.
 fn next_subject(durable: &str) -> String {

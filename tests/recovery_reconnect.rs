@@ -2,7 +2,7 @@
 //! publisher keeps storing messages while the app's link is cut twice and stalled once; every
 //! message is handled at least once and nothing is left pending.
 
-mod nats_support;
+mod support;
 
 use std::collections::BTreeSet;
 use std::num::NonZeroUsize;
@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use nats_support::*;
 use ruststream::HandlerOutcome;
 use ruststream_nats::{JetStreamSubject, NatsBroker};
 use ruststream_test_server::client::{eventually, wait_until};
 use ruststream_test_server::proxy::Proxy;
+use support::nats::*;
 
 const MESSAGES: u64 = 3_000;
 

@@ -14,7 +14,7 @@
 //! `RUSTSTREAM_UNIVERSAL_STRESS=N` runs each body N times in parallel (each with its own server
 //! or emulation): `RUSTSTREAM_UNIVERSAL_STRESS=4 cargo test --test recovery_universal`.
 
-mod nats_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -24,12 +24,12 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use futures::future::join_all;
-use nats_support::*;
 use ruststream::{App as _, AppInfo, Env, HandlerOutcome, Headers, RustStream, Scope};
 use ruststream_nats::testing::{ConsumerFacts, InProcessNats, TestApp};
 use ruststream_nats::transport::{StreamSpec, Transport as _, TransportOverride};
 use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker, NatsClient};
 use ruststream_test_server::client::stream_messages;
+use support::nats::*;
 
 const N: u64 = 200;
 

@@ -8,13 +8,13 @@
 //! 3 000 messages of each kind by default; `RUSTSTREAM_SCALE_MESSAGES=30000 cargo test --test
 //! scale_instances` runs the full count.
 
-mod scale_support;
+mod support;
 
 use std::time::Instant;
 
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::cluster::free_port;
-use scale_support::*;
+use support::scale::*;
 use tokio::task::block_in_place;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,6 +79,8 @@ async fn three_instances_share_a_durable_and_a_queue_group_and_one_is_killed_mid
     block_in_place(|| w3.process.kill());
     let killed_at = Instant::now();
     let at_kill = consumer_until(&js, ORDERS, FULFIL, "its info", |_| true).await;
+    // Replies w3 sent before it died may still be on their way to the test's subscription.
+    until_disconnected(monitor, &w3, &client).await;
     let w3_at_kill = fulfilled.per_instance().get("w3").copied().unwrap_or(0);
     assert!(
         fulfilled.distinct() < n as usize,

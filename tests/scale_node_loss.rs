@@ -6,21 +6,20 @@
 //!
 //! Each case starts its own cluster (under a second); the time goes to the fail-over itself.
 
-mod nats_support;
-mod scale_support;
+mod support;
 
 use std::collections::BTreeSet;
 
-use nats_support::{Scripted, created, eventually, logs, millis, order, start};
 use ruststream::HandlerOutcome;
 use ruststream_nats::NatsBroker;
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::cluster::NatsCluster;
-use scale_support::*;
+use support::nats::{Scripted, created, eventually, logs, millis, order, start};
+use support::scale::*;
 use tokio::task::block_in_place;
 
 /// The stream, its subject and the service's durable consumer.
-const STREAM: &str = nats_support::STREAM;
+const STREAM: &str = support::nats::STREAM;
 const SUBJECT: &str = "orders.created";
 const DURABLE: &str = "capture";
 /// The service's connection name, as the nodes' `/connz` shows it.

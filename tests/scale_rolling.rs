@@ -11,20 +11,19 @@
 //!
 //! At least 3 000 orders by default (the flow goes on until every instance was restarted); `RUSTSTREAM_SCALE_MESSAGES=30000` runs the full count.
 
-mod nats_support;
-mod scale_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use nats_support::{Scripted, created, logs, order, start};
 use ruststream::HandlerOutcome;
 use ruststream_nats::NatsBroker;
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::client::{Recorder, eventually};
 use ruststream_test_server::cluster::free_port;
-use scale_support::*;
+use support::nats::{Scripted, created, logs, order, start};
+use support::scale::*;
 use tokio::task::block_in_place;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,10 +156,10 @@ async fn a_rolling_restart_with_a_drain_loses_nothing_and_redelivers_only_what_i
 async fn a_delivery_released_at_stop_counts_toward_the_cap() {
     logs();
     println!("running against {}", NatsServer::version());
-    let (server, client, js) = nats_support::jetstream_server().await;
+    let (server, client, js) = support::nats::jetstream_server().await;
     let wire = Recorder::start(&client, ["$JS.ACK.>", "dead.orders"]).await;
     for id in 1..=20 {
-        nats_support::publish_stored(&js, "orders.created", order(id)).await;
+        support::nats::publish_stored(&js, "orders.created", order(id)).await;
     }
 
     // The first instance: one slow handler, and a lookahead of orders pulled behind it.
@@ -175,11 +174,11 @@ async fn a_delivery_released_at_stop_counts_toward_the_cap() {
     running.stop().await.expect("a drained stop");
     let handled_first: Vec<u64> = first.seen().iter().map(|s| s.id).collect();
     let released = eventually(
-        nats_support::PATIENCE,
+        support::nats::PATIENCE,
         "the orders pulled but not started released with -NAK at the stop",
         || {
             let naks = wire
-                .acks(nats_support::STREAM, "capture")
+                .acks(support::nats::STREAM, "capture")
                 .iter()
                 .filter(|a| a.as_str() == "-NAK")
                 .count();
@@ -192,14 +191,14 @@ async fn a_delivery_released_at_stop_counts_toward_the_cap() {
     let next = Scripted::always(HandlerOutcome::retry());
     let running = start(NatsBroker::new(server.url()), |b| {
         b.include(created("capture").handler(next.clone()))
-            .max_attempts(nats_support::attempts(2))
+            .max_attempts(support::nats::attempts(2))
             .dead_letter("dead.orders");
     })
     .await
     .expect("the next instance starts");
     let remaining = 20 - handled_first.len();
     let dead = eventually(
-        nats_support::PATIENCE,
+        support::nats::PATIENCE,
         "every remaining order dead-lettered",
         || {
             let dead = wire.matching("dead.orders").len();

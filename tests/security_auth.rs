@@ -3,18 +3,17 @@
 //! TLS with a CA the test generates, and mutual TLS. Each with its failure: the app refuses to
 //! start with an error naming the server (never the secret) and the likely fix.
 
-mod nats_support;
-mod security_support;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nats_support::{Scripted, start};
 use ruststream::{Error, ErrorKind, HandlerOutcome};
 use ruststream_nats::{CoreSubject, NatsBroker};
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::client::{PATIENCE, eventually, publish_core};
-use security_support::{assert_never_shown, capture};
+use support::nats::{Scripted, start};
+use support::security::{assert_never_shown, capture};
 
 /// Starts an app reading `notices.sent`, proves a message gets through, and stops it.
 async fn serves(server: &NatsServer, broker: NatsBroker, client: async_nats::ConnectOptions) {
@@ -249,7 +248,7 @@ async fn credentials_that_expire_while_running_are_reported() {
         .start();
     let dir = tempfile::tempdir().expect("a temp dir");
     let (creds, _) = operator.user_creds(dir.path(), "expiring", Some(Duration::from_secs(3)));
-    let app = nats_support::start_with(
+    let app = support::nats::start_with(
         NatsBroker::new(server.url()).credentials_file(&creds),
         ruststream::Env::new().with_drain_timeout(Duration::from_millis(200)),
         |b| {
@@ -286,7 +285,7 @@ async fn a_revoked_user_is_reported_while_running() {
     .expect("the configuration");
     let mut server = NatsServer::builder().config_file(&config).start();
     let health = ruststream::telemetry::Health::new();
-    let app = nats_support::start_with(
+    let app = support::nats::start_with(
         NatsBroker::new(format!(
             "nats://bob:bob-Secret-1@127.0.0.1:{}",
             server.port()

@@ -2,17 +2,16 @@
 //! subscription holds at most `subscription_capacity` messages for its busy handlers and reports
 //! what it drops (naming the registration, with a count); delayed Core retry copies are bounded.
 
-mod nats_support;
-mod security_support;
+mod support;
 
 use std::time::Duration;
 
-use nats_support::{Scripted, order, start};
 use ruststream::HandlerOutcome;
 use ruststream_nats::{CoreSubject, NatsBroker};
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::client::{PATIENCE, eventually};
-use security_support::capture;
+use support::nats::{Scripted, order, start};
+use support::security::capture;
 
 /// The number after `key=` in a log line.
 fn field(line: &str, key: &str) -> u64 {

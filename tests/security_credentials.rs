@@ -4,15 +4,14 @@
 //! successful connect, a refused one and an unreachable server; so are `describe`, the broker's
 //! `Debug` and the errors' `Display` and `Debug`.
 
-mod nats_support;
-mod security_support;
+mod support;
 
-use nats_support::{Scripted, start};
 use ruststream::{AppInfo, ErrorKind, HandlerOutcome, RustStream};
 use ruststream_nats::{CoreSubject, NatsBroker};
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::client::publish_core;
-use security_support::{Captured, assert_never_shown, capture};
+use support::nats::{Scripted, start};
+use support::security::{Captured, assert_never_shown, capture};
 
 /// A password with what a URL parser trips on: unencoded `/`, `?`, `:` and `#`.
 const PASSWORD: &str = "Pw/9x?q:z#Lm2";

@@ -2,15 +2,14 @@
 //! carries (huge, negative, not a number) neither put a message past its cap unhandled nor
 //! flood the log.
 
-mod nats_support;
-mod security_support;
+mod support;
 
-use nats_support::{Scripted, attempts, order, start};
 use ruststream::HandlerOutcome;
 use ruststream_nats::{CoreSubject, NatsBroker, RETRY_COUNT_HEADER};
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::client::publish_core;
-use security_support::capture;
+use support::nats::{Scripted, attempts, order, start};
+use support::security::capture;
 
 #[tokio::test]
 async fn forged_retry_counts_are_clamped_and_logged_once() {

@@ -30,7 +30,7 @@ macro_rules! round_trips {
 
 #[allow(dead_code)]
 mod payments {
-    include!(concat!(env!("OUT_DIR"), "/examples/payments.rs"));
+    include!("../examples/payments.rs");
 
     pub(super) fn decode(bytes: &[u8]) {
         decode_as!(bytes, Payment, Captured);
@@ -50,10 +50,7 @@ mod payments {
 
 #[allow(dead_code)]
 mod retries {
-    include!(concat!(
-        env!("OUT_DIR"),
-        "/examples/retries_dead_letters.rs"
-    ));
+    include!("../examples/retries_dead_letters.rs");
 
     pub(super) fn decode(bytes: &[u8]) {
         decode_as!(bytes, Order, Receipt, AuditEvent);
@@ -73,7 +70,7 @@ mod retries {
 
 #[allow(dead_code)]
 mod batches {
-    include!(concat!(env!("OUT_DIR"), "/examples/batches.rs"));
+    include!("../examples/batches.rs");
 
     pub(super) fn decode(bytes: &[u8]) {
         decode_as!(bytes, Reading);
@@ -93,10 +90,7 @@ mod batches {
 
 #[allow(dead_code)]
 mod core_settlement {
-    include!(concat!(
-        env!("OUT_DIR"),
-        "/examples/nats_settlement_core.rs"
-    ));
+    include!("../examples/nats_settlement_core.rs");
 
     pub(super) fn decode(bytes: &[u8]) {
         decode_as!(bytes, Shipped);

@@ -3,12 +3,12 @@
 //! same message id are both stored, and a dead letter of a message that expected its own stream
 //! is not refused by the dead-letter stream.
 
-mod nats_support;
+mod support;
 
-use nats_support::*;
 use ruststream::HandlerOutcome;
 use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker, RETRY_COUNT_HEADER};
 use ruststream_test_server::client::{stream_messages, wait_until};
+use support::nats::*;
 
 #[tokio::test]
 async fn dead_letters_of_the_same_message_id_are_all_stored() {

@@ -2,14 +2,13 @@
 //! values stay out of the log unless the broker opts in, and a JetStream registration whose
 //! dead letters no stream stores is warned about at startup.
 
-mod nats_support;
-mod security_support;
+mod support;
 
-use nats_support::*;
 use ruststream::HandlerOutcome;
 use ruststream_nats::{CoreSubject, NatsBroker};
 use ruststream_test_server::client::eventually;
-use security_support::capture;
+use support::nats::*;
+use support::security::capture;
 
 /// Publishes a payload whose decoding fails on a value, and returns the warning about it.
 async fn undecodable_warning(

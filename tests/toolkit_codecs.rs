@@ -3,7 +3,7 @@
 //! undecodable and goes to the dead letter); raw `&[u8]` / `&Bytes` payloads never decoded.
 //! In process under a paused clock, and live on a real nats-server.
 
-mod nats_support;
+mod support;
 
 use std::sync::Mutex;
 
@@ -375,7 +375,7 @@ mod in_process {
 }
 
 mod live {
-    use super::nats_support::{PATIENCE, Recorder, live_server};
+    use super::support::nats::{PATIENCE, Recorder, live_server};
     use super::*;
     use ruststream::App as _;
     use ruststream_test_server::client::wait_until;

@@ -4,7 +4,7 @@
 //! broker's registrations, a rate limit); batch handlers. In process under a paused clock, and
 //! on a real nats-server, asserting the acknowledgements the server saw.
 
-mod nats_support;
+mod support;
 
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Mutex;
@@ -363,7 +363,7 @@ mod in_process {
 }
 
 mod live {
-    use super::nats_support::{PATIENCE, jetstream_server};
+    use super::support::nats::{PATIENCE, jetstream_server};
     use super::*;
     use ruststream::App as _;
     use ruststream_test_server::client::{Recorder as Wire, eventually};

@@ -4,7 +4,7 @@
 //! `on_undecodable` replace the fixed policies. Each scenario runs in process (paused clock) and
 //! on a real nats-server, asserting the acknowledgements the server saw and the dead letters.
 
-mod nats_support;
+mod support;
 
 use std::fmt;
 use std::sync::Arc;
@@ -274,7 +274,7 @@ mod in_process {
 }
 
 mod live {
-    use super::nats_support::{PATIENCE, jetstream_server};
+    use super::support::nats::{PATIENCE, jetstream_server};
     use super::*;
     use ruststream::App as _;
     use ruststream_test_server::client::{Recorder as Wire, eventually};

@@ -3,7 +3,7 @@
 //! what the app subscribed and consumed (the JetStream consumer's filter subject). In process
 //! and on a real nats-server.
 
-mod nats_support;
+mod support;
 
 use std::sync::Mutex;
 
@@ -183,7 +183,7 @@ mod in_process {
 }
 
 mod live {
-    use super::nats_support::{PATIENCE, connect_jetstream, consumer_info, create_stream};
+    use super::support::nats::{PATIENCE, connect_jetstream, consumer_info, create_stream};
     use super::*;
     use ruststream::App as _;
     use ruststream_test_server::NatsServer;

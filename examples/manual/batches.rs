@@ -1,10 +1,10 @@
-//! A batch handler on JetStream without macros: the twin of `examples/batches.rs`. A batch
-//! handler implements `HandleBatch` and answers a `BatchOutcome`: `Each` settles message `i` of
-//! the batch with outcome `i`, `All` settles the whole batch with one outcome.
-//!
-//! ```text
-//! cargo run --example manual_batches -- describe
-//! ```
+// A batch handler on JetStream without macros: the twin of `examples/batches.rs`. A batch
+// handler implements `HandleBatch` and answers a `BatchOutcome`: `Each` settles message `i` of
+// the batch with outcome `i`, `All` settles the whole batch with one outcome.
+//
+// ```text
+// cargo run --example manual_batches -- describe
+// ```
 
 use std::time::Duration;
 

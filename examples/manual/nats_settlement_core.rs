@@ -1,8 +1,8 @@
-//! At most once on Core NATS, without macros: the twin of `examples/nats_settlement_core.rs`.
-//!
-//! ```text
-//! cargo run --example manual_nats_settlement_core -- describe
-//! ```
+// At most once on Core NATS, without macros: the twin of `examples/nats_settlement_core.rs`.
+//
+// ```text
+// cargo run --example manual_nats_settlement_core -- describe
+// ```
 
 use std::fmt;
 

@@ -1,10 +1,10 @@
-//! The order worker of `examples/orders_worker.rs` without macros: the handlers implement
-//! `Handle` and publish their answers themselves.
-//!
-//! ```text
-//! cargo run --example manual_orders_worker -- describe
-//! NATS_URL=nats://localhost:4222 HOSTNAME=worker-1 cargo run --example manual_orders_worker
-//! ```
+// The order worker of `examples/orders_worker.rs` without macros: the handlers implement
+// `Handle` and publish their answers themselves.
+//
+// ```text
+// cargo run --example manual_orders_worker -- describe
+// NATS_URL=nats://localhost:4222 HOSTNAME=worker-1 cargo run --example manual_orders_worker
+// ```
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -1,10 +1,10 @@
-//! The payments service without macros: the twin of `examples/payments.rs`. Every capability
-//! of `#[subscriber]` is reachable by hand: the state through `ctx.state::<Clients>()`, the
-//! reply through `outs.publish(ctx, &captured)`, the delivery count through `ctx.delivered()`.
-//!
-//! ```text
-//! cargo run --example manual_payments -- describe
-//! ```
+// The payments service without macros: the twin of `examples/payments.rs`. Every capability
+// of `#[subscriber]` is reachable by hand: the state through `ctx.state::<Clients>()`, the
+// reply through `outs.publish(ctx, &captured)`, the delivery count through `ctx.delivered()`.
+//
+// ```text
+// cargo run --example manual_payments -- describe
+// ```
 
 use std::collections::HashSet;
 use std::convert::Infallible;

@@ -1,11 +1,11 @@
-//! Retries with a cap, and dead letters, without macros: the twin of
-//! `examples/retries_dead_letters.rs`. The attempt a cap counts is `ctx.attempt()`, the subject
-//! a pattern matched is `ctx.subject()`; the cap, the dead letter and the retry target are
-//! declared at the mount site, as with the macros.
-//!
-//! ```text
-//! cargo run --example manual_retries_dead_letters -- describe
-//! ```
+// Retries with a cap, and dead letters, without macros: the twin of
+// `examples/retries_dead_letters.rs`. The attempt a cap counts is `ctx.attempt()`, the subject
+// a pattern matched is `ctx.subject()`; the cap, the dead letter and the retry target are
+// declared at the mount site, as with the macros.
+//
+// ```text
+// cargo run --example manual_retries_dead_letters -- describe
+// ```
 
 use std::fmt;
 use std::time::Duration;

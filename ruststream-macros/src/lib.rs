@@ -107,3 +107,91 @@ pub fn from_ref(input: TokenStream) -> TokenStream {
 pub fn nonzero(input: TokenStream) -> TokenStream {
     nonzero::expand(input.into()).into()
 }
+
+/// Generated-code hygiene, as serde_derive's: every impl the macros write says
+/// `#[automatically_derived]`, so that lints and coverage treat it as generated code.
+#[cfg(test)]
+mod hygiene {
+    use quote::quote;
+    use syn::visit_mut::VisitMut;
+
+    /// Every `impl` in `tokens`, at any depth (`const _: () = { .. }` blocks included), and
+    /// whether it says `#[automatically_derived]`.
+    fn impls(tokens: proc_macro2::TokenStream) -> Vec<(String, bool)> {
+        struct Impls(Vec<(String, bool)>);
+        impl VisitMut for Impls {
+            fn visit_item_impl_mut(&mut self, item: &mut syn::ItemImpl) {
+                let marked = item
+                    .attrs
+                    .iter()
+                    .any(|a| a.path().is_ident("automatically_derived"));
+                let name = item
+                    .trait_
+                    .as_ref()
+                    .map_or_else(String::new, |(_, path, _)| quote!(#path).to_string());
+                self.0.push((name, marked));
+                syn::visit_mut::visit_item_impl_mut(self, item);
+            }
+        }
+        let mut file: syn::File = syn::parse2(tokens).expect("the expansion parses as items");
+        let mut found = Impls(Vec::new());
+        found.visit_file_mut(&mut file);
+        found.0
+    }
+
+    fn assert_all_marked(what: &str, tokens: proc_macro2::TokenStream, at_least: usize) {
+        let impls = impls(tokens);
+        assert!(impls.len() >= at_least, "{what}: {impls:?}");
+        for (name, marked) in &impls {
+            assert!(
+                marked,
+                "{what}: `impl {name}` lacks #[automatically_derived]"
+            );
+        }
+    }
+
+    #[test]
+    fn every_generated_impl_is_marked() {
+        let single = crate::subscriber::expand(
+            quote!("payments.authorized", reply),
+            quote! {
+                async fn capture(
+                    payment: &Payment,
+                    Ctx(delivered): Ctx<Delivered>,
+                    State(bank): State<Bank>,
+                ) -> Result<Captured, HandlerOutcome> {
+                    todo!()
+                }
+            },
+        );
+        assert_all_marked("#[subscriber]", single, 2);
+        let batch = crate::subscriber::expand(
+            quote!("readings.stored"),
+            quote!(
+                async fn store(readings: &[Reading]) -> HandlerOutcome {
+                    todo!()
+                }
+            ),
+        );
+        assert_all_marked("a batch #[subscriber]", batch, 2);
+        // A subscriber with an error still expands to a `Mount` impl (never run).
+        let wrong = crate::subscriber::expand(
+            quote!("payments.authorized"),
+            quote!(
+                fn capture(payment: &Payment) -> HandlerOutcome {
+                    todo!()
+                }
+            ),
+        );
+        assert_all_marked("a #[subscriber] with an error", wrong, 1);
+        let outgoing = crate::outgoing::expand(quote! {
+            #[outgoing(name = "orders.{id}.created")]
+            struct Created { id: u64 }
+        });
+        assert_all_marked("#[derive(Outgoing)]", outgoing, 1);
+        let from_ref = crate::from_ref::expand(quote! {
+            struct Clients { bank: Bank, mail: Mail }
+        });
+        assert_all_marked("#[derive(FromRef)]", from_ref, 2);
+    }
+}

@@ -41,12 +41,18 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
         })
         .collect();
     // `Ty: FromContext<__S>`, spanned over `Ty`: a failing one names the parameter. For
-    // `State<T>`, `T: FromRef<__S>`, which it comes down to: the error is one step shorter.
+    // `State<T>`, `T: FromRef<__S>`, and for `Ctx<K>`, `K: Key`, which they come down to: the
+    // error is one step shorter.
     let extractor_bounds: Vec<TokenStream> = extractors
         .iter()
-        .map(|ty| match state_part(ty) {
-            Some(part) => bound_over(ty, part, &quote!(::ruststream::FromRef), &quote!(<__S>)),
-            None => bound(ty, &quote!(::ruststream::FromContext), &quote!(<__S>)),
+        .map(|ty| {
+            if let Some(part) = argument_of(ty, "State") {
+                bound_over(ty, part, &quote!(::ruststream::FromRef), &quote!(<__S>))
+            } else if let Some(key) = argument_of(ty, "Ctx") {
+                key_bound(ty, key)
+            } else {
+                bound(ty, &quote!(::ruststream::FromContext), &quote!(<__S>))
+            }
         })
         .collect();
 
@@ -185,13 +191,18 @@ fn bound(ty: &Type, trait_path: &TokenStream, args: &TokenStream) -> TokenStream
     quote!(#ty: #path #args)
 }
 
-/// `T` of an extractor written `State<T>`.
-fn state_part(ty: &Type) -> Option<&Type> {
+/// `K: Key` for an extractor `Ctx<K>`, spanned over `Ctx<K>`.
+fn key_bound(ty: &Type, key: &Type) -> TokenStream {
+    bound_over(ty, key, &quote!(::ruststream::Key), &TokenStream::new())
+}
+
+/// `T` of an extractor written `State<T>` (`wrapper` `"State"`) or `Ctx<T>` (`"Ctx"`).
+fn argument_of<'a>(ty: &'a Type, wrapper: &str) -> Option<&'a Type> {
     let Type::Path(path) = super::parse::strip(ty) else {
         return None;
     };
     let last = path.path.segments.last()?;
-    if path.qself.is_some() || last.ident != "State" {
+    if path.qself.is_some() || last.ident != wrapper {
         return None;
     }
     match &last.arguments {
@@ -321,7 +332,25 @@ fn check_call(function: TokenStream, ty: &Type, args: TokenStream) -> TokenStrea
 /// The user's function, unchanged but for its docs and visibility, nested in the impl.
 fn inner_fn(h: &Handler) -> TokenStream {
     let attrs = h.fn_attrs();
-    let sig = &h.item.sig;
+    let mut sig = h.item.sig.clone();
+    // `K: Key` for every `Ctx<K>` parameter: a `K` that is no key is reported once, here, instead
+    // of once for every place of the signature that needs `Ctx<K>` to be well-formed.
+    let keys: Vec<TokenStream> = sig
+        .inputs
+        .iter()
+        .filter_map(|input| match input {
+            syn::FnArg::Typed(typed) => {
+                argument_of(&typed.ty, "Ctx").map(|key| key_bound(&typed.ty, key))
+            }
+            syn::FnArg::Receiver(_) => None,
+        })
+        .collect();
+    if !keys.is_empty() {
+        let clause = sig.generics.make_where_clause();
+        for key in keys {
+            clause.predicates.push(syn::parse_quote!(#key));
+        }
+    }
     let block = &h.item.block;
     quote! {
         #(#attrs)*

@@ -2,7 +2,7 @@
 //! connection and JetStream, the streams and consumers as the server reports them, every message
 //! sent to some subjects, and waits that poll until something holds.
 //!
-//! The root package's `tests/` and `ruststream-nats/tests` both ask them; they live here so that
+//! The integration tests in `tests/` and the benchmarks ask them; they live here so that
 //! each is asked one way.
 //!
 //! ```no_run

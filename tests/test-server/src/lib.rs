@@ -60,16 +60,16 @@
 //!
 //! [`cluster::NatsCluster`] starts three nodes with routes and JetStream, waits for a meta
 //! leader, and kills and restarts a single node. [`service_process::ServiceProcess`] runs an
-//! example service as a child process a test kills (`SIGKILL`) or stops (`SIGTERM`).
+//! example service, or one test of the test binary, as a child process a test kills (`SIGKILL`)
+//! or stops (`SIGTERM`).
 
 #![forbid(unsafe_code)]
 
-pub mod child;
 pub mod client;
 pub mod proxy;
 
 use std::ffi::OsString;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::fs;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
@@ -175,30 +175,46 @@ impl Builder {
     /// made, the process cannot be spawned, exits early, or is not ready
     /// within 10 seconds. The message includes the server's log.
     pub fn start(self) -> NatsServer {
-        let binary = find_binary();
+        self.try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts the server and waits until it accepts client connections, or says why it could
+    /// not, for a program that has something else to do then (the payments demo falls back to
+    /// the embedded NATS). The error is the message [`start`](Self::start) panics with.
+    ///
+    /// # Errors
+    ///
+    /// The cases [`start`](Self::start) panics on.
+    pub fn try_start(self) -> Result<NatsServer, StartError> {
+        let binary = try_find_binary()?;
         let dir = tempfile::Builder::new()
             .prefix("ruststream-nats-")
             .tempdir()
-            .unwrap_or_else(|e| panic!("nats-server test support: cannot create a temp dir: {e}"));
+            .map_err(|e| {
+                StartError(format!(
+                    "nats-server test support: cannot create a temp dir: {e}"
+                ))
+            })?;
         let store_dir = dir.path().join("store");
         let config_path = match self.config {
             None => None,
             Some(ConfigSource::Path(path)) => {
-                assert!(
-                    path.is_file(),
-                    "nats-server test support: config file {} does not exist",
-                    path.display()
-                );
+                if !path.is_file() {
+                    return Err(StartError(format!(
+                        "nats-server test support: config file {} does not exist",
+                        path.display()
+                    )));
+                }
                 Some(path)
             }
             Some(ConfigSource::Contents(contents)) => {
                 let path = dir.path().join("nats-server.conf");
-                fs::write(&path, contents).unwrap_or_else(|e| {
-                    panic!(
+                fs::write(&path, contents).map_err(|e| {
+                    StartError(format!(
                         "nats-server test support: cannot write {}: {e}",
                         path.display()
-                    )
-                });
+                    ))
+                })?;
                 Some(path)
             }
         };
@@ -214,10 +230,22 @@ impl Builder {
             port: 0,
             child: None,
         };
-        server.spawn_and_wait(None);
-        server
+        server.spawn_and_wait(None)?;
+        Ok(server)
     }
 }
+
+/// Why a [`NatsServer`] did not start: what went wrong, with the server's log when it ran.
+#[derive(Debug, Clone)]
+pub struct StartError(String);
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StartError {}
 
 impl NatsServer {
     /// Starts a server with the defaults: JetStream on, random port.
@@ -227,6 +255,15 @@ impl NatsServer {
     /// See [`Builder::start`].
     pub fn start() -> Self {
         Self::builder().start()
+    }
+
+    /// Starts a server with the defaults, or says why it could not.
+    ///
+    /// # Errors
+    ///
+    /// See [`Builder::try_start`].
+    pub fn try_start() -> Result<Self, StartError> {
+        Self::builder().try_start()
     }
 
     /// Options for a server; finish with [`Builder::start`].
@@ -325,7 +362,9 @@ impl NatsServer {
     /// because another process took the port meanwhile).
     pub fn restart(&mut self) {
         self.stop();
-        self.spawn_and_wait(Some(self.port));
+        if let Err(e) = self.spawn_and_wait(Some(self.port)) {
+            panic!("{e}");
+        }
     }
 
     /// The path of the `nats-server` binary that [`start`](Self::start) uses.
@@ -359,15 +398,15 @@ impl NatsServer {
 
     /// Spawns the process (`port` `None`: a random one) and waits until it is
     /// ready, recording the port.
-    fn spawn_and_wait(&mut self, port: Option<u16>) {
+    fn spawn_and_wait(&mut self, port: Option<u16>) -> Result<(), StartError> {
         // Each start gets a fresh ports file (named after the pid) and stderr.
         remove_ports_files(self.dir.path());
-        let stderr = fs::File::create(&self.stderr_path).unwrap_or_else(|e| {
-            panic!(
+        let stderr = fs::File::create(&self.stderr_path).map_err(|e| {
+            StartError(format!(
                 "nats-server test support: cannot create {}: {e}",
                 self.stderr_path.display()
-            )
-        });
+            ))
+        })?;
 
         let mut command = Command::new(&self.binary);
         command
@@ -392,26 +431,26 @@ impl NatsServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
-        let child = command.spawn().unwrap_or_else(|e| {
-            panic!(
+        let child = command.spawn().map_err(|e| {
+            StartError(format!(
                 "nats-server test support: cannot spawn {}: {e}",
                 self.binary.display()
-            )
-        });
+            ))
+        })?;
         let pid = child.id();
         self.child = Some(child);
 
         let deadline = Instant::now() + DEADLINE;
         let port = loop {
-            self.fail_if_exited("exited before it was ready");
+            self.fail_if_exited("exited before it was ready")?;
             if let Some(port) = read_ports_file(self.dir.path(), pid) {
                 break port;
             }
             if Instant::now() >= deadline {
-                self.fail(&format!(
+                return Err(self.fail(&format!(
                     "wrote no ports file ({}/*_{pid}.ports) within {DEADLINE:?}",
                     self.dir.path().display()
-                ));
+                )));
             }
             thread::sleep(POLL);
         };
@@ -419,33 +458,34 @@ impl NatsServer {
 
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         while TcpStream::connect_timeout(&addr, POLL * 5).is_err() {
-            self.fail_if_exited("exited before it accepted connections");
+            self.fail_if_exited("exited before it accepted connections")?;
             if Instant::now() >= deadline {
-                self.fail(&format!(
+                return Err(self.fail(&format!(
                     "does not accept TCP connections on {addr} within {DEADLINE:?}"
-                ));
+                )));
             }
             thread::sleep(POLL);
         }
+        Ok(())
     }
 
-    fn fail_if_exited(&mut self, what: &str) {
+    fn fail_if_exited(&mut self, what: &str) -> Result<(), StartError> {
         let status = match self.child.as_mut().map(Child::try_wait) {
             Some(Ok(Some(status))) => status,
-            _ => return,
+            _ => return Ok(()),
         };
         self.child = None;
-        self.fail(&format!("{what} ({status})"));
+        Err(self.fail(&format!("{what} ({status})")))
     }
 
-    /// Kills the process (if any) and panics with the log.
-    fn fail(&mut self, what: &str) -> ! {
+    /// Kills the process (if any); the error says what went wrong, with the log.
+    fn fail(&mut self, what: &str) -> StartError {
         self.kill();
-        panic!(
+        StartError(format!(
             "nats-server test support: {} {what}\n{}",
             self.binary.display(),
             self.log_tail()
-        );
+        ))
     }
 }
 
@@ -458,16 +498,22 @@ impl Drop for NatsServer {
 
 /// Finds the `nats-server` binary, panicking with install instructions if none.
 fn find_binary() -> PathBuf {
+    try_find_binary().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Finds the `nats-server` binary; the error has install instructions.
+fn try_find_binary() -> Result<PathBuf, StartError> {
     let mut searched = Vec::new();
 
     if let Some(value) = std::env::var_os("NATS_SERVER_BIN").filter(|v| !v.is_empty()) {
         let path = PathBuf::from(value);
-        assert!(
-            is_executable(&path),
-            "NATS_SERVER_BIN is set to {}, which is not an executable file",
-            path.display()
-        );
-        return path;
+        if !is_executable(&path) {
+            return Err(StartError(format!(
+                "NATS_SERVER_BIN is set to {}, which is not an executable file",
+                path.display()
+            )));
+        }
+        return Ok(path);
     }
     searched.push("$NATS_SERVER_BIN (not set)".to_owned());
 
@@ -475,7 +521,7 @@ fn find_binary() -> PathBuf {
         for dir in std::env::split_paths(&paths) {
             let candidate = dir.join("nats-server");
             if is_executable(&candidate) {
-                return candidate;
+                return Ok(candidate);
             }
         }
     }
@@ -488,12 +534,12 @@ fn find_binary() -> PathBuf {
         workspace_root.join(".venv/bin/nats-server"),
     ] {
         if is_executable(&candidate) {
-            return candidate;
+            return Ok(candidate);
         }
         searched.push(candidate.display().to_string());
     }
 
-    panic!(
+    Err(StartError(format!(
         "no nats-server binary found; these tests start a real one.\n\
          Searched: {}.\n\
          Install one of:\n  \
@@ -502,7 +548,7 @@ fn find_binary() -> PathBuf {
          or set NATS_SERVER_BIN to the path of a nats-server binary.",
         searched.join(", "),
         workspace_root.display()
-    );
+    )))
 }
 
 fn is_executable(path: &Path) -> bool {

@@ -1,7 +1,12 @@
-//! A RustStream service running as a child process: an example of the workspace, built once
-//! per test binary, started with its environment, killed with `SIGKILL` (a crash) or stopped
-//! with `SIGTERM` (a graceful drain) by the test. Its stdout and stderr go to files whose tail
-//! the failure messages show. Dropping it kills the process.
+//! A RustStream service running as a child process, killed with `SIGKILL` (a crash, an OOM kill)
+//! or stopped with `SIGTERM` (a graceful drain) by the test. Its stdout and stderr go to files
+//! whose tail the failure messages show. Dropping it kills the process.
+//!
+//! The service is either an example of the workspace ([`ServiceProcess::example`], built once
+//! per test binary, started by [`ServiceProcess::spawn`]), or one test of the current test binary
+//! ([`ServiceProcess::test_entry`]): the test file keeps the service's code next to the test that
+//! kills it. That test is `#[ignore]`d (it runs only when asked for by name), and reads what it
+//! needs from environment variables.
 //!
 //! ```no_run
 //! use ruststream_test_server::service_process::ServiceProcess;
@@ -9,6 +14,11 @@
 //! let binary = ServiceProcess::example("orders_worker");
 //! let mut worker = ServiceProcess::spawn(&binary, &[("NATS_URL", "nats://127.0.0.1:4222")]);
 //! worker.terminate(); // SIGTERM: the app drains and exits
+//!
+//! let mut child = ServiceProcess::test_entry("worker_child", &[("WORKER_URL", "nats://...")]);
+//! // ... wait until it is in the middle of something ...
+//! child.kill(); // SIGKILL: no drain, no destructor runs in the child
+//! assert!(!child.is_running());
 //! ```
 
 use std::collections::HashMap;
@@ -123,6 +133,35 @@ impl ServiceProcess {
     ///
     /// If the process cannot be spawned.
     pub fn spawn(binary: &Path, env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(binary);
+        command.envs(env.iter().copied());
+        Self::start(command, binary.to_path_buf())
+    }
+
+    /// Runs test `name` of the current test binary (exactly that one, ignored or not) as the
+    /// child, with `env` added to the test's environment.
+    ///
+    /// # Panics
+    ///
+    /// If the current executable cannot be found or spawned.
+    pub fn test_entry(name: &str, env: &[(&str, &str)]) -> Self {
+        let binary = std::env::current_exe()
+            .unwrap_or_else(|e| panic!("service process support: no current executable: {e}"));
+        let mut command = Command::new(&binary);
+        command
+            .args([
+                name,
+                "--exact",
+                "--include-ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .envs(env.iter().copied());
+        Self::start(command, binary.with_file_name(name))
+    }
+
+    /// Spawns `command` (named `binary` in messages), its stdout and stderr to files.
+    fn start(mut command: Command, binary: PathBuf) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("ruststream-service-")
             .tempdir()
@@ -131,8 +170,7 @@ impl ServiceProcess {
             fs::File::create(dir.path().join(name))
                 .unwrap_or_else(|e| panic!("service process support: cannot create {name}: {e}"))
         };
-        let child = Command::new(binary)
-            .envs(env.iter().copied())
+        let child = command
             .stdin(Stdio::null())
             .stdout(file("stdout"))
             .stderr(file("stderr"))
@@ -144,7 +182,7 @@ impl ServiceProcess {
                 )
             });
         Self {
-            binary: binary.to_path_buf(),
+            binary,
             child: Some(child),
             dir,
         }

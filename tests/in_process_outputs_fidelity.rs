@@ -3,7 +3,6 @@
 //! through the same `Transport` calls the runtime makes: stored publishes and their
 //! acknowledgements, the duplicate window, stream limits with `discard: new`, Core
 //! request/reply with no responders and timeouts, and the payload limit.
-#![cfg(feature = "testing")]
 
 use std::sync::Arc;
 use std::time::Duration;

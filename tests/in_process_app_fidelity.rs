@@ -2,18 +2,17 @@
 //! in process, paused clock) and on a real nats-server (real clock, short delays). The outcomes,
 //! delivered counts, acknowledgements on the wire, consumer counters, copies and dead letters
 //! must be the same.
-#![cfg(feature = "testing")]
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::app::AppWire;
-use common::orders::{DEAD, Done, Order, STREAM, Step};
-use common::{ACK_WAIT, DELAY};
 use ruststream::{HandlerOutcome, Headers};
 use ruststream_nats::testing::ConsumerFacts;
 use ruststream_test_server::client::nak_with;
+use support::fidelity::app::AppWire;
+use support::fidelity::orders::{DEAD, Done, Order, STREAM, Step};
+use support::fidelity::{ACK_WAIT, DELAY};
 use tokio::time::Instant;
 
 /// Runs each scenario on the app in process (paused clock) and live (real server and clock).
@@ -23,7 +22,7 @@ macro_rules! both {
             $(
                 #[tokio::test(start_paused = true)]
                 async fn $name() {
-                    let wire = crate::common::app::AppWire::in_process(crate::common::orders::orders_app).await;
+                    let wire = crate::support::fidelity::app::AppWire::in_process(crate::support::fidelity::orders::orders_app).await;
                     super::$name(&wire).await;
                     wire.shutdown().await;
                 }
@@ -33,7 +32,7 @@ macro_rules! both {
             $(
                 #[tokio::test]
                 async fn $name() {
-                    let wire = crate::common::app::AppWire::live(crate::common::orders::orders_app).await;
+                    let wire = crate::support::fidelity::app::AppWire::live(crate::support::fidelity::orders::orders_app).await;
                     super::$name(&wire).await;
                     wire.shutdown().await;
                 }

@@ -5,9 +5,8 @@
 // Each test crate uses a part of it.
 #![allow(dead_code, unused_imports)]
 
-use std::io::Write;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer};
@@ -16,6 +15,7 @@ use ruststream_nats::{JetStreamSubject, StreamSequence};
 use ruststream_test_server::client;
 use serde::Deserialize;
 
+pub use super::logs::Logs;
 pub use ruststream_test_server::NatsServer;
 pub use ruststream_test_server::client::{
     PATIENCE, Recorder, connect_jetstream, consumer_info, consumer_until, create_stream,
@@ -229,43 +229,4 @@ pub async fn start_on(
 /// Lets the runtime run for `d`: only to show that something does NOT happen.
 pub async fn quiet_for(d: Duration) {
     tokio::time::sleep(d).await;
-}
-
-/// The log lines written while it is installed (this thread: `#[tokio::test]` runs every task
-/// on the test's thread).
-#[derive(Clone, Default)]
-pub struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    pub fn install(&self) -> tracing::subscriber::DefaultGuard {
-        let logs = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || logs.clone())
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    pub fn lines(&self) -> Vec<String> {
-        let bytes = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        String::from_utf8_lossy(&bytes)
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }

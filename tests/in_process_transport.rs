@@ -2,7 +2,6 @@
 //! clock: Core fan-out, wildcards and queue groups; streams; pull consumers and every
 //! acknowledgement; and the inspection a test uses. (`in_process_fidelity.rs` runs the shared
 //! scenarios against a real server too.)
-#![cfg(feature = "testing")]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,15 +1,15 @@
 //! What the runtime says or refuses before code that would lose or loop messages runs, and what
 //! it keeps quiet about: in process, on `TestApp`.
-#![cfg(feature = "testing")]
 
-use std::io::Write;
+mod support;
+
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use ruststream::{App, AppInfo, Broker, Context, Handle, HandlerOutcome, RustStream};
 use ruststream_nats::testing::TestApp;
 use ruststream_nats::{CoreSubject, CoreWildcard, JetStreamSubject, NatsBroker};
 use serde::{Deserialize, Serialize};
+use support::logs::Logs;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Order {
@@ -38,43 +38,16 @@ fn app(mount: impl FnOnce(&mut ruststream::Scope<()>)) -> impl App<State = ()> {
         .with_broker(NatsBroker::new("nats://localhost:4222"), mount)
 }
 
-/// Every log line at WARN or above written while `f` runs on this thread.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
-    }
-}
-
 /// The tests of this file run one at a time, each under its own capturing subscriber: tracing
 /// caches per call site whether anyone listens, and call sites first reached by two threads at
 /// once (one listening, one not) may be cached as unheard.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn capture_warnings() -> (Captured, tracing::subscriber::DefaultGuard) {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    (captured, tracing::subscriber::set_default(subscriber))
+/// Every log line at WARN or above written on this thread while the guard lives.
+fn capture_warnings() -> (Logs, tracing::subscriber::DefaultGuard) {
+    let logs = Logs::default();
+    let guard = logs.install_at(tracing::Level::WARN);
+    (logs, guard)
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]

@@ -2,19 +2,18 @@
 //! NATS emulated in the process (paused clock) and against a real nats-server (real clock, short
 //! delays), through the same `Transport` calls the runtime makes. Delivered counts, stream and
 //! consumer sequences, consumer counters and stream contents must be identical.
-#![cfg(feature = "testing")]
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{ACK_WAIT, DELAY, PATIENCE, Pull, QUIET, Reply, Server, consumer, text};
 use ruststream::Headers;
 use ruststream_nats::DeliverPolicy;
 use ruststream_nats::testing::{ConsumerFacts, StoredMessage};
 use ruststream_nats::transport::TransportErrorKind;
 use ruststream_test_server::client::{nak_with, wait_until};
+use support::fidelity::{ACK_WAIT, DELAY, PATIENCE, Pull, QUIET, Reply, Server, consumer, text};
 use tokio::time::Instant;
 
 /// Runs each scenario in process (paused clock) and live (real server, real clock).

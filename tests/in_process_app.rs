@@ -1,16 +1,15 @@
 //! `TestApp`: the production app on NATS emulated in the process, under a paused clock.
-#![cfg(feature = "testing")]
 
-mod common;
+mod support;
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use common::orders::{DEAD, Done, Order, Step, orders_app};
 use ruststream::{App, AppInfo, Context, ErrorKind, Handle, HandlerOutcome, Headers, RustStream};
 use ruststream_nats::testing::{ConsumerFacts, InProcessNats, TestApp};
 use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker};
 use serde::{Deserialize, Serialize};
+use support::fidelity::orders::{DEAD, Done, Order, Step, orders_app};
 
 /// How long a busy bank asks its callers to wait.
 const BACKOFF: Duration = Duration::from_secs(30);
@@ -331,7 +330,7 @@ async fn a_cap_of_one_sends_a_first_failure_to_the_dead_letter_subject() {
     let app = RustStream::new(AppInfo::new("cap", "0.1.0")).with_broker(
         NatsBroker::new("nats://unused:4222"),
         |b| {
-            b.include(CoreSubject::new("jobs.run").handler(common::orders::Script))
+            b.include(CoreSubject::new("jobs.run").handler(support::fidelity::orders::Script))
                 .max_attempts(NonZeroU32::MIN)
                 .dead_letter("jobs.dead");
         },

@@ -2,7 +2,6 @@
 //! `Recorder` a live test passes in) list it with its message and what the runtime did with the
 //! delivery, while `t.outcomes(..)` keeps to what handlers returned. The same body runs in
 //! process and on a real server, where the consumer's counters say the same.
-#![cfg(feature = "testing")]
 
 use std::sync::Arc;
 

@@ -244,3 +244,30 @@ async fn a_wait_returns_once_its_condition_holds() {
     .await;
     assert_eq!((value, asked), ("yes", 2));
 }
+
+/// `try_start` says why a server did not start (the payments demo falls back to the embedded
+/// NATS on it) instead of panicking; `start` panics with the same text.
+#[test]
+fn a_server_that_cannot_start_is_an_error() {
+    let err = NatsServer::builder()
+        .config_file("/nonexistent/nats-server.conf")
+        .try_start()
+        .expect_err("no such configuration file");
+    assert!(
+        err.to_string()
+            .contains("config file /nonexistent/nats-server.conf does not exist"),
+        "{err}"
+    );
+
+    // The binary runs and exits at once: the error says so, with the server's own words.
+    let err = NatsServer::builder()
+        .arg("--no-such-option")
+        .try_start()
+        .expect_err("nats-server refuses an unknown option");
+    let text = err.to_string();
+    assert!(text.contains("exited before it was ready"), "{text}");
+    assert!(
+        text.contains("flag provided but not defined: -no-such-option"),
+        "{text}"
+    );
+}

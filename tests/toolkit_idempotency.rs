@@ -2,20 +2,19 @@
 //! process, paused clock) and on a real nats-server (real clock). The bank (a counter the
 //! handler charges) is charged once per payment id, whatever the server delivers; the server's
 //! key-value bucket holds the key, and the consumer finished every message.
-#![cfg(feature = "testing")]
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use common::ACK_WAIT;
-use common::app::AppWire;
 use ruststream::{App, AppInfo, Context, Handle, HandlerOutcome, NonZeroDuration, RustStream};
 use ruststream_nats::testing::ConsumerFacts;
 use ruststream_nats::{JetStreamSubject, NatsBroker};
 use serde::{Deserialize, Serialize};
+use support::fidelity::ACK_WAIT;
+use support::fidelity::app::AppWire;
 
 const STREAM: &str = "PAYMENTS";
 const WINDOW: Duration = Duration::from_secs(3600);
@@ -431,7 +430,7 @@ mod kv_wire {
     use bytes::Bytes;
     use tokio::time::Instant;
 
-    use crate::common::{PATIENCE, Server};
+    use crate::support::fidelity::{PATIENCE, Server};
 
     #[tokio::test(start_paused = true)]
     async fn in_process() {

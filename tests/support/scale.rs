@@ -287,6 +287,32 @@ pub async fn until_consuming(
     }
 }
 
+/// Waits until the server whose monitoring port is `monitor` no longer lists `worker`'s
+/// connection, then makes a round trip on `client`: the server has routed the last messages the
+/// (killed) instance sent, and `client` has received them. What the test counts for the instance
+/// after this no longer changes.
+pub async fn until_disconnected(monitor: u16, worker: &Worker, client: &async_nats::Client) {
+    let deadline = Instant::now() + FAILOVER;
+    let name = worker.connection_name();
+    loop {
+        let connected = monitor_json(monitor, "/connz?limit=1024")
+            .and_then(|c| c["connections"].as_array().cloned())
+            .is_none_or(|conns| conns.iter().any(|c| c["name"] == name.as_str()));
+        if !connected {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server still lists {name}'s connection {FAILOVER:?} after it was killed"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    client
+        .flush()
+        .await
+        .expect("a round trip on the test's connection");
+}
+
 /// Who answered which message: every `{"order": id, "by": name}` published on a subject, as
 /// the test's own subscription got it.
 #[derive(Clone, Default)]

@@ -1,7 +1,6 @@
 //! `ack_wait` takes a `Duration`, as every other duration does, or a `NonZeroDuration` (the
 //! seeds' form): both reach the server as the consumer's `ack_wait`. A zero `Duration` is not
 //! a panic and not a silent default: the app refuses to start, naming the registration.
-#![cfg(feature = "testing")]
 
 use std::time::Duration;
 

@@ -3,30 +3,15 @@
 //! as one would (`INFO` with version 2.8.4, `PONG` to every `PING`); async-nats connects to it
 //! over a real TCP connection.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
+mod support;
+
 use std::time::Duration;
 
 use ruststream::{App, AppInfo, Env, RustStream};
 use ruststream_nats::{MIN_SERVER_VERSION, NatsBroker};
+use support::logs::Logs;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::TcpListener;
-
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Accepts connections and answers as a nats-server of `version` would, up to `PONG`.
 async fn old_server(version: &'static str) -> u16 {
@@ -57,14 +42,8 @@ async fn old_server(version: &'static str) -> u16 {
 #[tokio::test(flavor = "current_thread")]
 async fn a_server_older_than_the_minimum_is_warned_about_at_connect() {
     assert_eq!(MIN_SERVER_VERSION, (2, 9, 10));
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let captured = Logs::default();
+    let _guard = captured.install_at(tracing::Level::WARN);
 
     let port = old_server("2.8.4").await;
     let app = RustStream::new(AppInfo::new("old", "0.1.0")).with_broker(
@@ -77,8 +56,7 @@ async fn a_server_older_than_the_minimum_is_warned_about_at_connect() {
     if let Ok(Ok(running)) = started {
         let _ = tokio::time::timeout(Duration::from_secs(5), running.stop()).await;
     }
-    let logs = String::from_utf8_lossy(&captured.0.lock().unwrap_or_else(PoisonError::into_inner))
-        .into_owned();
+    let logs = captured.text();
     assert!(
         logs.contains("nats-server 2.8.4 is older than 2.9.10, the oldest RustStream supports"),
         "{logs}"
