@@ -81,6 +81,7 @@ async fn three_instances_share_a_durable_and_a_queue_group_and_one_is_killed_mid
     let at_kill = consumer_until(&js, ORDERS, FULFIL, "its info", |_| true).await;
     // Replies w3 sent before it died may still be on their way to the test's subscription.
     until_disconnected(monitor, &w3, &client).await;
+    fulfilled.caught_up(&client).await;
     let w3_at_kill = fulfilled.per_instance().get("w3").copied().unwrap_or(0);
     assert!(
         fulfilled.distinct() < n as usize,

@@ -318,7 +318,13 @@ pub async fn until_disconnected(monitor: u16, worker: &Worker, client: &async_na
 #[derive(Clone, Default)]
 pub struct Tally {
     by_id: Arc<Mutex<HashMap<u64, Vec<String>>>>,
+    subject: String,
+    /// How many of the test's own markers the subscription has read (see [`Tally::caught_up`]).
+    markers: Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// The payload of the test's own marker on a tally's subject.
+const MARKER: &[u8] = b"tally-marker";
 
 #[derive(serde::Deserialize)]
 struct Answer {
@@ -334,16 +340,45 @@ impl Tally {
             .await
             .unwrap_or_else(|e| panic!("the test subscribes to {subject}: {e}"));
         client.flush().await.expect("flush the subscription");
-        let tally = Self::default();
+        let tally = Self {
+            subject: subject.to_owned(),
+            ..Self::default()
+        };
         let sink = Arc::clone(&tally.by_id);
+        let markers = Arc::clone(&tally.markers);
         tokio::spawn(async move {
             while let Some(message) = subscription.next().await {
-                if let Ok(answer) = serde_json::from_slice::<Answer>(&message.payload) {
+                if message.payload.as_ref() == MARKER {
+                    markers.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                } else if let Ok(answer) = serde_json::from_slice::<Answer>(&message.payload) {
                     lock(&sink).entry(answer.order).or_default().push(answer.by);
                 }
             }
         });
         tally
+    }
+
+    /// Waits until the subscription has read everything the server sent it before this call: a
+    /// marker published now on `client` comes after all of it, so once the tally has read the
+    /// marker, counting again counts every answer the server had (answers still in the test's
+    /// own buffers are not missed).
+    pub async fn caught_up(&self, client: &async_nats::Client) {
+        use std::sync::atomic::Ordering;
+        let target = self.markers.load(Ordering::SeqCst) + 1;
+        client
+            .publish(self.subject.clone(), bytes::Bytes::from_static(MARKER))
+            .await
+            .expect("publish the tally's marker");
+        client.flush().await.expect("flush the tally's marker");
+        let deadline = Instant::now() + FAILOVER;
+        while self.markers.load(Ordering::SeqCst) < target {
+            assert!(
+                Instant::now() < deadline,
+                "the tally of {} did not read its own marker within {FAILOVER:?}",
+                self.subject
+            );
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// How many distinct messages were answered.
