@@ -67,28 +67,49 @@ fn sent(decision: &Decision) -> String {
     sent
 }
 
+/// What a dispatch hands back: one delivery's handling and decision, or a batch's.
+pub(crate) trait Decided {
+    fn each(&self) -> &[(Handled, Decision)];
+}
+
+impl Decided for (Handled, Decision) {
+    fn each(&self) -> &[(Handled, Decision)] {
+        std::slice::from_ref(self)
+    }
+}
+
+impl Decided for Vec<(Handled, Decision)> {
+    fn each(&self) -> &[(Handled, Decision)] {
+        self
+    }
+}
+
 /// Runs `dispatch` (the handler and its decision) for `deliveries` inside `span`, counted in
-/// the registration's metrics; records the outcomes on the span.
-pub(crate) async fn observed(
+/// the registration's metrics; records the outcomes on the span (only when a subscriber
+/// listens to it: nothing is formatted otherwise).
+pub(crate) async fn observed<T: Decided>(
     span: &tracing::Span,
     metrics: &HandlerMetrics,
     deliveries: usize,
-    dispatch: impl Future<Output = Vec<(Handled, Decision)>>,
-) -> Vec<(Handled, Decision)> {
+    dispatch: impl Future<Output = T>,
+) -> T {
     for _ in 0..deliveries {
         metrics.started();
     }
     let began = Instant::now();
     let decided = dispatch.instrument(span.clone()).await;
     let took = began.elapsed();
-    for (handled, _) in &decided {
+    let each = decided.each();
+    for (handled, _) in each {
         metrics.finished(handled, took);
     }
     // A unit handed no decision back still leaves the in-flight gauge.
-    for _ in decided.len()..deliveries {
+    for _ in each.len()..deliveries {
         metrics.finished(&Handled::NoOutcome(String::new()), took);
     }
-    if let [(handled, decision)] = decided.as_slice() {
+    if let [(handled, decision)] = each
+        && !span.is_disabled()
+    {
         span.record("ruststream.outcome", outcome_label(handled));
         span.record("ruststream.sent", sent(decision).as_str());
     }

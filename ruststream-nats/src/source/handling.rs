@@ -54,19 +54,16 @@ impl Source {
                     let span = telemetry::delivery_span(&endpoint, &incoming.delivery);
                     let one = std::slice::from_ref(incoming);
                     let dispatch = with_progress(&endpoint, &executor, one, dispatch);
-                    let decided = telemetry::observed(&span, &executor.metrics, 1, async {
-                        vec![dispatch.await]
-                    });
-                    for (handled, decision) in decided.await {
-                        settle(&executor, &progress, incoming, &handled, &decision)
+                    let (handled, decision) =
+                        telemetry::observed(&span, &executor.metrics, 1, dispatch).await;
+                    settle(&executor, &progress, incoming, &handled, &decision)
+                        .instrument(span.clone())
+                        .await;
+                    if let (Some(guard), Some((key, revision))) = (&idempotency, &claim) {
+                        guard
+                            .settled(key.clone(), *revision, &decision)
                             .instrument(span.clone())
                             .await;
-                        if let (Some(guard), Some((key, revision))) = (&idempotency, &claim) {
-                            guard
-                                .settled(key.clone(), *revision, &decision)
-                                .instrument(span.clone())
-                                .await;
-                        }
                     }
                 }
             }

@@ -106,6 +106,9 @@ impl Source {
         tokio::pin!(stopped);
         // One handler at a time: it runs in this task, without a task or a permit per message.
         let inline = self.endpoint.policy().concurrency.get() == 1;
+        // The inline handler's future lives here, allocated once for the run: each message's
+        // handling replaces the last one's in place (no allocation per message).
+        let mut slot = Box::pin(None);
         let deadline = loop {
             let permit = if inline {
                 None
@@ -135,10 +138,16 @@ impl Source {
                     self.spawn(&mut tasks, unit, permit);
                     continue;
                 }
-                let mut handling = Box::pin(AssertUnwindSafe(self.handle(unit)).catch_unwind());
+                slot.set(Some(AssertUnwindSafe(self.handle(unit)).catch_unwind()));
+                let handling = std::future::poll_fn(|cx| match slot.as_mut().as_pin_mut() {
+                    Some(handling) => handling.poll(cx),
+                    None => std::task::Poll::Pending,
+                });
                 tokio::select! {
                     biased;
-                    done = &mut handling => {
+                    done = handling => {
+                        // Dropped now (the delivery, its clones), not at the next message.
+                        slot.set(None);
                         if let Err(panic) = done {
                             tracing::error!(
                                 registration = self.endpoint.name(),
@@ -152,7 +161,9 @@ impl Source {
                         let permit = Arc::clone(&permits).try_acquire_owned().ok();
                         tasks.spawn(async move {
                             let _permit = permit;
-                            if let Err(panic) = handling.await {
+                            if let Some(handling) = slot.as_mut().as_pin_mut()
+                                && let Err(panic) = handling.await
+                            {
                                 std::panic::resume_unwind(panic);
                             }
                         });

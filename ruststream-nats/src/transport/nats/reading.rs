@@ -1,10 +1,14 @@
 //! Reading a Core subscription or a pull consumer in the runtime's own task, and stopping it:
 //! the stream ends after what the client already holds is handed over.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
 use tokio::sync::oneshot;
 
 use super::from_header_map;
@@ -33,13 +37,27 @@ type Item = Result<RawMessage, TransportError>;
 /// is free.
 pub(super) fn reading(source: Pumped) -> Subscription {
     let (stop, stopped) = oneshot::channel();
-    let state = Reading::Running {
-        source,
-        stop: stopped,
-        subject: None,
+    let messages = match source {
+        // Read directly, without a stream adapter moving its state on every message.
+        Pumped::Core(subscriber) => CoreReading {
+            state: CoreState::Running {
+                subscriber,
+                stop: stopped,
+            },
+            subject: None,
+        }
+        .boxed(),
+        source => {
+            let state = Reading::Running {
+                source,
+                stop: stopped,
+                subject: None,
+            };
+            futures::stream::unfold(state, Reading::step).boxed()
+        }
     };
     (
-        futures::stream::unfold(state, Reading::step).boxed(),
+        messages,
         Box::new(StopReading {
             request: Mutex::new(Some(stop)),
         }),
@@ -59,6 +77,61 @@ impl Unsubscribe for StopReading {
             let _ = request.send(());
         }
         Box::pin(std::future::ready(()))
+    }
+}
+
+/// A Core subscription read in place: the subscriber polled directly while running; once
+/// asked to stop, drained and read on through [`Reading`] (once per subscription).
+struct CoreReading {
+    state: CoreState,
+    /// The last message's subject, shared with the next one when it is the same.
+    subject: Option<Arc<str>>,
+}
+
+enum CoreState {
+    Running {
+        subscriber: async_nats::Subscriber,
+        stop: oneshot::Receiver<()>,
+    },
+    /// Asked to stop: the subscription is draining.
+    Stopping(BoxFuture<'static, Reading>),
+    /// What the client still held.
+    Stopped(BoxStream<'static, Item>),
+    Ended,
+}
+
+impl Stream for CoreReading {
+    type Item = Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+        let this = &mut *self;
+        loop {
+            match &mut this.state {
+                CoreState::Running { subscriber, stop } => {
+                    // Asked to stop, or the handle is gone: checked first, as `Reading` does.
+                    if Pin::new(stop).poll(cx).is_ready() {
+                        if let CoreState::Running { subscriber, .. } =
+                            std::mem::replace(&mut this.state, CoreState::Ended)
+                        {
+                            this.state = CoreState::Stopping(Box::pin(Reading::stopped(
+                                Pumped::Core(subscriber),
+                            )));
+                        }
+                        continue;
+                    }
+                    return subscriber
+                        .poll_next_unpin(cx)
+                        .map(|message| Some(Ok(raw_sharing(message?, &mut this.subject))));
+                }
+                CoreState::Stopping(stopping) => {
+                    let reading = ready!(stopping.as_mut().poll(cx));
+                    this.state =
+                        CoreState::Stopped(futures::stream::unfold(reading, Reading::step).boxed());
+                }
+                CoreState::Stopped(rest) => return rest.poll_next_unpin(cx),
+                CoreState::Ended => return Poll::Ready(None),
+            }
+        }
     }
 }
 
