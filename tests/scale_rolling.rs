@@ -1,9 +1,10 @@
 //! A rolling restart while orders flow: three instances of `examples/orders_worker.rs` (child
 //! processes) stopped one after the other with SIGTERM (a graceful drain) and started again.
 //! Nothing is lost, nothing is handled twice, and the only deliveries beyond one per order are
-//! of orders in flight at a stop: pulled but not started, which the stopping instance released
-//! with `-NAK`, or still on the way to it as it stopped pulling, which the server delivers again
-//! after ack_wait.
+//! of orders in flight at a stop: pulled but not started, or still on the way to it as it stopped
+//! pulling, which the stopping instance released with `-NAK`. (A delivery sent in the instant the
+//! inbox closes would come back after ack_wait: counted, and bounded, below;
+//! `tests/scale_drain.rs` shows none does while the orders flow.)
 //!
 //! And what such a release costs: the server counts it as a delivery, so a released message
 //! comes back with its delivery count one higher, and that attempt counts toward the cap

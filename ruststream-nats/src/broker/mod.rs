@@ -338,6 +338,7 @@ impl Broker for NatsBroker {
                 } else {
                     1
                 };
+                let linger = endpoint.info().descriptor.batch_max_wait;
                 tracing::info!(
                     registration = endpoint.name(),
                     subject = %endpoint.info().descriptor.subject,
@@ -386,6 +387,7 @@ impl Broker for NatsBroker {
                     stop: signal.clone(),
                     reopen,
                     batch,
+                    linger,
                     progress: Arc::default(),
                     idempotency,
                 };

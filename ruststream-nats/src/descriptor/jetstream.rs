@@ -48,6 +48,7 @@ pub struct JetStreamSubject {
     deliver_policy: DeliverPolicy,
     filter_subject: Option<String>,
     batch: NonZeroUsize,
+    max_wait: Option<Duration>,
     expires: Duration,
 }
 
@@ -64,6 +65,7 @@ impl JetStreamSubject {
             deliver_policy: DeliverPolicy::All,
             filter_subject: None,
             batch: DEFAULT_BATCH,
+            max_wait: None,
             expires: DEFAULT_PULL_EXPIRY,
         }
     }
@@ -115,6 +117,16 @@ impl JetStreamSubject {
         self
     }
 
+    /// How long a batch handler's batch may wait to fill (the linger): once its first message
+    /// came, the batch is handed over when it holds `batch` messages or `wait` has passed,
+    /// whichever comes first, so light traffic still forms batches. Without it (the default) a
+    /// batch is what is ready at once. A message waits at most `wait` longer before its handler
+    /// starts; a stop waits for the batch being formed. See `docs/consumers.md`.
+    pub fn max_wait(mut self, wait: Duration) -> Self {
+        self.max_wait = Some(wait);
+        self
+    }
+
     /// How long one pull waits on the server for messages (30 s by default).
     pub fn pull_expiry(mut self, expires: Duration) -> Self {
         self.expires = expires;
@@ -161,6 +173,11 @@ impl JetStreamSubject {
         self.filter_subject.as_deref().unwrap_or(&self.subject)
     }
 
+    /// How long a batch may wait to fill, when set.
+    pub fn max_wait_duration(&self) -> Option<Duration> {
+        self.max_wait
+    }
+
     /// The pull batch size.
     pub fn batch_size(&self) -> NonZeroUsize {
         self.batch
@@ -184,6 +201,7 @@ impl Descriptor for JetStreamSubject {
         info.max_ack_pending = self.max_ack_pending;
         info.deliver_policy = self.deliver_policy;
         info.batch = Some(self.batch);
+        info.batch_max_wait = self.max_wait;
         info.pull_expiry = Some(self.expires);
         info
     }

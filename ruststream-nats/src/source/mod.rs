@@ -31,6 +31,7 @@
 
 mod handling;
 mod incoming;
+mod linger;
 mod progress;
 
 use std::future::Future;
@@ -87,6 +88,8 @@ pub(crate) struct Source {
     pub(crate) reopen: Reopen,
     /// How many ready messages one handler call takes: 1, or a batch handler's batch size.
     pub(crate) batch: usize,
+    /// How long a batch may wait to fill once its first message came (`max_wait`).
+    pub(crate) linger: Option<Duration>,
     /// Where the registration stands in its stream (JetStream).
     pub(crate) progress: Arc<Progress>,
     /// The bucket of the keys handled, when the registration is idempotent.
@@ -333,6 +336,10 @@ impl Source {
         }
         let mut unit = Vec::with_capacity(self.batch);
         unit.push(self.incoming(first));
+        if let Some(linger) = self.linger {
+            self.linger(&mut unit, Instant::now() + linger).await;
+            return Unit::Batch(unit);
+        }
         // The rest of a pull arrives together; let it reach the client.
         tokio::task::yield_now().await;
         while unit.len() < self.batch {

@@ -80,6 +80,9 @@ pub struct DescriptorInfo {
     pub batch: Option<NonZeroUsize>,
     /// How long one pull waits on the server; `None`: the broker's default.
     pub pull_expiry: Option<Duration>,
+    /// How long a batch handler's batch may wait to fill once its first message came; `None`:
+    /// it takes what is ready at once.
+    pub batch_max_wait: Option<Duration>,
 }
 
 /// Which messages of the stream a new consumer starts from.
@@ -117,6 +120,7 @@ impl DescriptorInfo {
             deliver_policy: DeliverPolicy::All,
             batch: None,
             pull_expiry: None,
+            batch_max_wait: None,
         }
     }
 

@@ -9,8 +9,9 @@
 //!
 //! - Core: the subscription is drained (unsubscribed on the server); the messages the client
 //!   already received are still handed over, then the stream ends.
-//! - JetStream: the continuous pull stops and its inbox is closed; the messages already pulled
-//!   into the client are handed over, then the stream ends. They are deliveries like any other:
+//! - JetStream: the continuous pull stops, takes in what was already pulled into the client and
+//!   what was still on its way (`pull.rs`, "Stopping"), closes its inbox, hands all of it over,
+//!   then the stream ends. They are deliveries like any other:
 //!   the runtime releases them with `-NAK` (and were it to drop them, the server would deliver
 //!   them again after `ack_wait`).
 //!

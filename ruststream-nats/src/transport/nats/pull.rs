@@ -63,6 +63,21 @@
 //! stream and consumer (`$JS.ACK.<stream>.<consumer>.…`) is dropped, with a warning at most
 //! every [`FORGED_WARNING_EVERY`] that counts them.
 //!
+//! # Stopping
+//!
+//! On stop nothing more is asked for, but requests already on the server still bring messages,
+//! and some are on their way as the pull stops. Closing the inbox at once would leave those
+//! with nobody: the server counts them delivered, and they wait for `ack_wait` before another
+//! instance gets them. (async-nats's own `Subscriber::drain` does not help: 0.51 forgets the
+//! subscription as soon as its unsubscription is written, not when the server answered the ping
+//! behind it, so what was on the way is dropped all the same.) So [`Puller::stop`] keeps the
+//! inbox open for a round trip to the server, after which everything the server wrote before
+//! has arrived, and then for what the requests still waiting bring, until they asked for no
+//! more, nothing came for [`STOP_QUIET`], or [`STOP_WAIT`] passed. It hands all of it over (the
+//! runtime releases each with `-NAK`), and the inbox closes with the puller: the server drops
+//! requests whose inbox nobody listens to. Releasing only after the inbox closed matters: a
+//! message released while a request of ours still waits would be sent straight back to us.
+//!
 //! # A fresh request before the last one expires
 //!
 //! A new request goes out a little before the newest one expires (two heartbeats before, or
@@ -108,6 +123,12 @@ const RATE_WINDOW: Duration = Duration::from_millis(10);
 
 /// The share of `ack_wait` a message may spend waiting in the client: a tenth.
 const ACK_WAIT_SHARE: u32 = 10;
+
+/// On stop: how long the puller waits for more of what it asked for once nothing came.
+const STOP_QUIET: Duration = Duration::from_millis(250);
+
+/// On stop: the longest the puller takes in what its requests still bring.
+const STOP_WAIT: Duration = Duration::from_secs(2);
 
 /// The header of a terminated request that says how many of its messages were not delivered.
 const PENDING_MESSAGES: &str = "Nats-Pending-Messages";
@@ -354,17 +375,60 @@ impl Puller {
         }
     }
 
-    /// The messages the client already holds, without asking for more (on stop).
-    pub(crate) fn ready(&mut self) -> Vec<Message> {
-        let mut ready = Vec::new();
-        while let Some(Some(message)) = self.subscriber.next().now_or_never() {
-            if matches!(message.status, None | Some(StatusCode::OK))
-                && self.delivered_here(&message)
-            {
-                ready.push(message);
+    /// Stops pulling (on stop) and returns every delivery the client holds or that was on its
+    /// way (see "Stopping" in the module's documentation): nothing more is asked for; after a
+    /// round trip to the server, what it wrote before has arrived; then what the requests still
+    /// waiting bring is taken too, until they asked for no more, nothing came for
+    /// [`STOP_QUIET`], or [`STOP_WAIT`] passed. The inbox closes when the puller is dropped.
+    pub(crate) async fn stop(&mut self) -> Vec<Message> {
+        self.ended = true;
+        let mut held = Vec::new();
+        let started = Instant::now();
+        let client = self.client.clone();
+        let round_trip = client.flush();
+        tokio::pin!(round_trip);
+        let mut flushed = false;
+        let mut quiet_at = started + STOP_QUIET;
+        let give_up = started + STOP_WAIT;
+        loop {
+            if flushed && self.outstanding == 0 {
+                break;
+            }
+            let message = tokio::select! {
+                biased;
+                message = self.subscriber.next() => message,
+                done = &mut round_trip, if !flushed => {
+                    flushed = true;
+                    if done.is_err() {
+                        // The connection is gone, and the requests with it.
+                        break;
+                    }
+                    quiet_at = Instant::now() + STOP_QUIET;
+                    continue;
+                }
+                () = tokio::time::sleep_until(quiet_at.min(give_up)), if flushed => break,
+                () = tokio::time::sleep_until(give_up), if !flushed => break,
+            };
+            let Some(message) = message else { break };
+            match message.status {
+                None | Some(StatusCode::OK) => {
+                    if self.delivered_here(&message) {
+                        self.outstanding = self.outstanding.saturating_sub(1);
+                        quiet_at = Instant::now() + STOP_QUIET;
+                        held.push(message);
+                    }
+                }
+                Some(StatusCode::IDLE_HEARTBEAT) => {}
+                Some(_) => self.undelivered(&message),
             }
         }
-        ready
+        tracing::debug!(
+            consumer = %self.consumer,
+            held = held.len(),
+            still_asked = self.outstanding,
+            "the pull stopped"
+        );
+        held
     }
 
     /// Whether the consumer (or its stream) is gone, as the server says: the error that ends the

@@ -191,8 +191,9 @@ impl Reading {
                 }
                 Self::Draining(subscriber)
             }
-            // Nothing more is asked for; the inbox closes with the puller.
-            Pumped::Pull(mut puller) => Self::Leftovers(puller.ready().into_iter()),
+            // Nothing more is asked for; what was on its way is taken (`Puller::stop`), then
+            // the inbox closes with the puller.
+            Pumped::Pull(mut puller) => Self::Leftovers(puller.stop().await.into_iter()),
         }
     }
 }
