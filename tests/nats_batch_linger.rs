@@ -176,3 +176,27 @@ async fn a_linger_gathers_light_traffic_into_batches_live() {
     assert_eq!(info.delivered.consumer_sequence, 5, "each delivered once");
     running.stop().await.expect("a drained stop");
 }
+
+/// `describe` names the linger, as text and as JSON, so an operator sees why a batch waited.
+#[test]
+fn describe_names_the_linger() {
+    let batches = Batches::default();
+    let with = app(
+        NatsBroker::new("nats://unused:4222"),
+        Some(Duration::from_millis(500)),
+        &batches,
+    );
+    let table = ruststream::app::cli::describe(&with);
+    assert!(
+        table.contains("batch (max wait 500ms)"),
+        "the linger is in the table:\n{table}"
+    );
+    let json = ruststream::app::cli::describe_json(&with);
+    assert_eq!(json["registrations"][0]["batch_max_wait_ms"], 500, "{json}");
+    let without = app(NatsBroker::new("nats://unused:4222"), None, &batches);
+    let json = ruststream::app::cli::describe_json(&without);
+    assert!(
+        json["registrations"][0]["batch_max_wait_ms"].is_null(),
+        "{json}"
+    );
+}

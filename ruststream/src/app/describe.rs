@@ -104,6 +104,7 @@ pub fn describe_json<A: App>(app: &A) -> serde_json::Value {
                 "max_attempts": r.policy.max_attempts.map(|n| n.get()),
                 "concurrency": r.policy.concurrency.get(),
                 "batch": r.batch,
+                "batch_max_wait_ms": d.batch_max_wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
                 "dead_letter": r.policy.dead_letter,
                 "dead_letter_stored_in": r.policy.dead_letter.as_deref().and_then(|dl| storing(&streams, dl)),
                 "retry_to": match d.model {
@@ -174,7 +175,10 @@ fn row(r: &RegistrationInfo, streams: &[(String, Vec<String>)]) -> [String; 10] 
     };
     let model = match (&d.queue_group, r.batch) {
         (Some(q), _) => format!("{model}, queue group {q}"),
-        (None, true) => format!("{model}, batch"),
+        (None, true) => match d.batch_max_wait {
+            Some(wait) => format!("{model}, batch (max wait {wait:?})"),
+            None => format!("{model}, batch"),
+        },
         (None, false) => model,
     };
     let consumer = match (&d.stream, &d.consumer) {
