@@ -121,8 +121,7 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
     let h = plan.handler;
     let name = &h.item.sig.ident;
     let payload = plan.payload;
-    let inner = inner_fn(h);
-    let (state, extracts, call_args) = arguments(
+    let arguments = arguments(
         plan,
         &quote!(extract),
         &quote!(state),
@@ -143,6 +142,18 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
         Ret::Unit => quote!(::ruststream::__private::into_result(__ret, __ctx)),
     };
     let reply_bound = reply_bound(plan);
+    let body = methods(&Methods {
+        plan,
+        call: quote!(handle),
+        call_with_state: quote!(handle_with_state),
+        handler_trait: quote!(::ruststream::Handle<#payload, #outs, __S>),
+        input: quote!(&#payload),
+        outs: outs.clone(),
+        context: quote!(::ruststream::Context<'_>),
+        returns: quote!(::core::result::Result<(), ::ruststream::HandlerOutcome>),
+        arguments,
+        finish,
+    });
     quote! {
         #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
@@ -151,18 +162,7 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
             #(#bounds,)*
             #reply_bound
         {
-            async fn handle(
-                &self,
-                __input: &#payload,
-                __outs: &#outs,
-                __ctx: &mut ::ruststream::Context<'_>,
-            ) -> ::core::result::Result<(), ::ruststream::HandlerOutcome> {
-                #inner
-                #state
-                #(#extracts)*
-                let __ret = #name(__input, #(#call_args),*).await;
-                #finish
-            }
+            #body
         }
     }
 }
@@ -244,8 +244,7 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
     let h = plan.handler;
     let name = &h.item.sig.ident;
     let payload = plan.payload;
-    let inner = inner_fn(h);
-    let (state, extracts, call_args) = arguments(
+    let arguments = arguments(
         plan,
         &quote!(extract_batch),
         &quote!(batch_state),
@@ -256,6 +255,18 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
         // `check.rs` refuses `reply` and `()` on a batch.
         Ret::Reply { .. } | Ret::Unit => quote!(::core::unreachable!()),
     };
+    let body = methods(&Methods {
+        plan,
+        call: quote!(handle_batch),
+        call_with_state: quote!(handle_batch_with_state),
+        handler_trait: quote!(::ruststream::HandleBatch<#payload, (), __S>),
+        input: quote!(&[#payload]),
+        outs: quote!(()),
+        context: quote!(::ruststream::BatchContext<'_>),
+        returns: quote!(::ruststream::BatchOutcome),
+        arguments,
+        finish,
+    });
     quote! {
         #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
@@ -263,18 +274,67 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
         where
             #(#bounds,)*
         {
-            async fn handle_batch(
-                &self,
-                __input: &[#payload],
-                __outs: &(),
-                __ctx: &mut ::ruststream::BatchContext<'_>,
-            ) -> ::ruststream::BatchOutcome {
-                #inner
-                #state
-                #(#extracts)*
-                let __ret = #name(__input, #(#call_args),*).await;
-                #finish
+            #body
+        }
+    }
+}
+
+/// The methods of a `Handle` (or `HandleBatch`) impl: what they are called, their types, the
+/// state lookup and the body that runs the function.
+struct Methods<'a> {
+    plan: &'a Plan<'a>,
+    call: TokenStream,
+    call_with_state: TokenStream,
+    handler_trait: TokenStream,
+    input: TokenStream,
+    outs: TokenStream,
+    context: TokenStream,
+    returns: TokenStream,
+    /// The state lookup, the extractors, the call's arguments (see [`arguments`]).
+    arguments: (TokenStream, Vec<TokenStream>, Vec<TokenStream>),
+    finish: TokenStream,
+}
+
+/// `handle` alone when no extractor needs the state; otherwise the body in `handle_with_state`,
+/// which the runtime calls with the state as its type, and a `handle` (a direct call) that looks
+/// the state up once and delegates.
+fn methods(m: &Methods<'_>) -> TokenStream {
+    let Methods {
+        plan,
+        call,
+        call_with_state,
+        handler_trait,
+        input,
+        outs,
+        context,
+        returns,
+        arguments: (state, extracts, call_args),
+        finish,
+    } = m;
+    let inner = inner_fn(plan.handler);
+    let name = &plan.handler.item.sig.ident;
+    let signature = quote!(&self, __input: #input, __outs: &#outs,);
+    let run = quote! {
+        #inner
+        #(#extracts)*
+        let __ret = #name(__input, #(#call_args),*).await;
+        #finish
+    };
+    if extracts.is_empty() {
+        return quote! {
+            async fn #call(#signature __ctx: &mut #context) -> #returns {
+                #run
             }
+        };
+    }
+    quote! {
+        async fn #call(#signature __ctx: &mut #context) -> #returns {
+            #state
+            <Self as #handler_trait>::#call_with_state(self, __input, __outs, __state, __ctx).await
+        }
+
+        async fn #call_with_state(#signature __state: &__S, __ctx: &mut #context) -> #returns {
+            #run
         }
     }
 }
