@@ -24,7 +24,6 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::app::App;
 use crate::registration::RegistrationInfo;
 use crate::settle::DeliveryModel;
 
@@ -116,12 +115,34 @@ impl Doc {
     }
 }
 
+/// What the document is built from: an app's name, version, brokers, streams and
+/// registrations. Every [`App`](crate::App) provides it (`app/mod.rs`), so that this module
+/// stays below the app that prints it (the `asyncapi` subcommand) and knows no app type.
+pub struct DocumentInput {
+    /// The app's name.
+    pub name: String,
+    /// The app's version.
+    pub version: String,
+    /// The brokers, as `(kind, address)`.
+    pub brokers: Vec<(&'static str, String)>,
+    /// The streams the brokers declare, as `(name, subjects)`.
+    pub streams: Vec<(String, Vec<String>)>,
+    /// Every registration.
+    pub registrations: Vec<RegistrationInfo>,
+}
+
+/// Anything an AsyncAPI document can be built from; every [`App`](crate::App) is.
+pub trait DocumentSource {
+    /// The facts the document is built from.
+    fn document_input(&self) -> DocumentInput;
+}
+
 /// The AsyncAPI 3.0 document of `app`.
-pub fn document<A: App>(app: &A) -> Value {
-    let info = app.info();
-    let streams = app.declared_streams();
+pub fn document<A: DocumentSource + ?Sized>(app: &A) -> Value {
+    let input = app.document_input();
+    let streams = &input.streams;
     let mut servers = Map::new();
-    for (i, (kind, address)) in app.brokers().iter().enumerate() {
+    for (i, (kind, address)) in input.brokers.iter().enumerate() {
         let first = address.split(',').next().unwrap_or(address).trim();
         let (protocol, host) = match first.split_once("://") {
             Some((scheme, host)) => (scheme, host),
@@ -143,15 +164,15 @@ pub fn document<A: App>(app: &A) -> Value {
         );
     }
     let mut doc = Doc::default();
-    for r in app.registrations() {
-        receive(&mut doc, &r);
+    for r in &input.registrations {
+        receive(&mut doc, r);
     }
     let mut out = json!({
         "asyncapi": "3.0.0",
         "info": {
-            "title": info.name(),
-            "version": info.version(),
-            "description": format!("{} {}: a RustStream service", info.name(), info.version()),
+            "title": input.name,
+            "version": input.version,
+            "description": format!("{} {}: a RustStream service", input.name, input.version),
         },
         "defaultContentType": "application/json",
         "servers": servers,
