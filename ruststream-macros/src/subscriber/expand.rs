@@ -5,11 +5,14 @@
 //! `Outgoing`, an extractor that is not one) are left to the compiler, through calls and bounds
 //! spanned at the user's tokens so that the error points there.
 
+mod methods;
+
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::Type;
 use syn::ext::IdentExt;
 
+use self::methods::{Methods, methods};
 use super::check::{Arg, Plan, Ret, value_type_in_ctx};
 use super::parse::{Descriptor, Handler, Shape};
 use crate::diag::first_last;
@@ -144,6 +147,7 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
     let reply_bound = reply_bound(plan);
     let body = methods(&Methods {
         plan,
+        inner: inner_fn(plan.handler),
         call: quote!(handle),
         call_with_state: quote!(handle_with_state),
         handler_trait: quote!(::ruststream::Handle<#payload, #outs, __S>),
@@ -257,6 +261,7 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
     };
     let body = methods(&Methods {
         plan,
+        inner: inner_fn(plan.handler),
         call: quote!(handle_batch),
         call_with_state: quote!(handle_batch_with_state),
         handler_trait: quote!(::ruststream::HandleBatch<#payload, (), __S>),
@@ -275,66 +280,6 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
             #(#bounds,)*
         {
             #body
-        }
-    }
-}
-
-/// The methods of a `Handle` (or `HandleBatch`) impl: what they are called, their types, the
-/// state lookup and the body that runs the function.
-struct Methods<'a> {
-    plan: &'a Plan<'a>,
-    call: TokenStream,
-    call_with_state: TokenStream,
-    handler_trait: TokenStream,
-    input: TokenStream,
-    outs: TokenStream,
-    context: TokenStream,
-    returns: TokenStream,
-    /// The state lookup, the extractors, the call's arguments (see [`arguments`]).
-    arguments: (TokenStream, Vec<TokenStream>, Vec<TokenStream>),
-    finish: TokenStream,
-}
-
-/// `handle` alone when no extractor needs the state; otherwise the body in `handle_with_state`,
-/// which the runtime calls with the state as its type, and a `handle` (a direct call) that looks
-/// the state up once and delegates.
-fn methods(m: &Methods<'_>) -> TokenStream {
-    let Methods {
-        plan,
-        call,
-        call_with_state,
-        handler_trait,
-        input,
-        outs,
-        context,
-        returns,
-        arguments: (state, extracts, call_args),
-        finish,
-    } = m;
-    let inner = inner_fn(plan.handler);
-    let name = &plan.handler.item.sig.ident;
-    let signature = quote!(&self, __input: #input, __outs: &#outs,);
-    let run = quote! {
-        #inner
-        #(#extracts)*
-        let __ret = #name(__input, #(#call_args),*).await;
-        #finish
-    };
-    if extracts.is_empty() {
-        return quote! {
-            async fn #call(#signature __ctx: &mut #context) -> #returns {
-                #run
-            }
-        };
-    }
-    quote! {
-        async fn #call(#signature __ctx: &mut #context) -> #returns {
-            #state
-            <Self as #handler_trait>::#call_with_state(self, __input, __outs, __state, __ctx).await
-        }
-
-        async fn #call_with_state(#signature __state: &__S, __ctx: &mut #context) -> #returns {
-            #run
         }
     }
 }
