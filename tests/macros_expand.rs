@@ -267,6 +267,41 @@ async fn state_gives_the_whole_state_or_a_field_through_from_ref() {
     assert_eq!(shop.seen.take(), ["2 eu"]);
 }
 
+#[tokio::test]
+async fn the_runtime_hands_the_state_as_its_type_and_a_direct_call_looks_it_up() {
+    let shop = Shop::new();
+    let order = Order { id: 3 };
+    let d = delivery("orders.created", &order);
+    let publisher = Recorder::default();
+
+    // The runtime's path, `handle_with_state`: the state is the `&Shop` handed over, not looked
+    // up in the context (whose state here is of another type).
+    let mut ctx = Context::new(&d, &(), &publisher, "test");
+    let outcome = Handle::<Order, (), Shop>::handle_with_state(
+        &whole_and_parts,
+        &order,
+        &(),
+        &shop,
+        &mut ctx,
+    )
+    .await;
+    assert_eq!(outcome, Ok(()));
+    assert_eq!(shop.seen.take(), ["3 eu"]);
+
+    // A direct `handle` looks the state up by type in the context: found, the same result...
+    assert_eq!(
+        call(&whole_and_parts, &order, &d, &shop, &publisher).await,
+        Ok(())
+    );
+    assert_eq!(shop.seen.take(), ["3 eu"]);
+
+    // ...and on a context holding another type, the delivery is retried without the handler.
+    let mut ctx = Context::new(&d, &(), &publisher, "test");
+    let outcome = Handle::<Order, (), Shop>::handle(&whole_and_parts, &order, &(), &mut ctx).await;
+    assert_eq!(outcome, Err(HandlerOutcome::retry()));
+    assert!(shop.seen.take().is_empty());
+}
+
 #[subscriber("orders.created")]
 async fn tenanted(
     order: &Order,

@@ -22,6 +22,7 @@ use crate::JetStreamInfo;
 #[derive(Debug, Clone, Copy)]
 pub enum StreamSequence {}
 
+#[diagnostic::do_not_recommend]
 impl Key for StreamSequence {
     type Value = Option<u64>;
     fn get(ctx: &Context<'_>) -> Result<Self::Value, Rejection> {
@@ -33,6 +34,7 @@ impl Key for StreamSequence {
 #[derive(Debug, Clone, Copy)]
 pub enum StreamName {}
 
+#[diagnostic::do_not_recommend]
 impl Key for StreamName {
     type Value = Option<String>;
     fn get(ctx: &Context<'_>) -> Result<Self::Value, Rejection> {
@@ -45,6 +47,7 @@ impl Key for StreamName {
 #[derive(Debug, Clone, Copy)]
 pub enum JetStream {}
 
+#[diagnostic::do_not_recommend]
 impl Key for JetStream {
     type Value = Option<JetStreamInfo>;
     fn get(ctx: &Context<'_>) -> Result<Self::Value, Rejection> {

@@ -97,3 +97,87 @@ pub mod guides {
     #[doc = include_str!("../../docs/operations.md")]
     pub mod operations {}
 }
+
+/// `docs/architecture.md` is the code's map: every `.rs` path it names exists.
+#[cfg(test)]
+mod architecture_map {
+    use std::path::{Path, PathBuf};
+
+    /// Every `.rs` file under `dir`, as a path relative to `root` with `/` separators.
+    fn rust_files(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            if name == "target" || name.to_string_lossy().starts_with('.') {
+                continue;
+            }
+            if path.is_dir() {
+                rust_files(root, &path, out);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && let Ok(relative) = path.strip_prefix(root)
+            {
+                out.push(relative.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+
+    /// The `.rs` paths a line names: a word ending in `.rs` (backticked or in a map block).
+    fn named_paths(line: &str) -> Vec<&str> {
+        line.split(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/')))
+            .map(|word| word.trim_start_matches('.').trim_end_matches('.'))
+            .filter(|word| word.ends_with(".rs") && word.len() > 3)
+            .collect()
+    }
+
+    #[test]
+    fn every_rust_path_in_the_architecture_page_exists() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the crate sits in the workspace")
+            .to_path_buf();
+        let page = std::fs::read_to_string(root.join("docs/architecture.md"))
+            .expect("docs/architecture.md is readable");
+        let mut files = Vec::new();
+        rust_files(&root, &root, &mut files);
+        // A path is written from the repository root, or (in a crate's section of "What goes
+        // where") from that crate's `src/`, or elsewhere as the end of one file's path.
+        let mut section = "";
+        let mut missing = Vec::new();
+        let mut checked = 0;
+        for (number, line) in page.lines().enumerate() {
+            if let Some(heading) = line.strip_prefix("### ") {
+                section = if heading.starts_with("`ruststream-nats`") {
+                    "ruststream-nats/src/"
+                } else if heading.starts_with("`ruststream`") {
+                    "ruststream/src/"
+                } else {
+                    ""
+                };
+            }
+            for path in named_paths(line) {
+                checked += 1;
+                let found = root.join(path).is_file()
+                    || files.iter().any(|file| {
+                        file.strip_prefix(section)
+                            .is_some_and(|rest| rest == path || rest.ends_with(&format!("/{path}")))
+                    });
+                if !found {
+                    missing.push(format!("line {}: `{path}`", number + 1));
+                }
+            }
+        }
+        assert!(
+            checked > 50,
+            "only {checked} paths found: is the page's map still there?"
+        );
+        assert!(
+            missing.is_empty(),
+            "docs/architecture.md names files that do not exist (written from the repository \
+             root, or in a crate's section from its src/):\n{}",
+            missing.join("\n")
+        );
+    }
+}

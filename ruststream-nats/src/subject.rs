@@ -114,6 +114,18 @@ mod tests {
     use super::*;
 
     include!("subject/table.rs");
+    include!("subject/match_table.rs");
+
+    #[test]
+    fn every_row_of_the_shared_match_table() {
+        for &(pattern, subject, expected) in MATCH_TABLE {
+            assert_eq!(
+                matches(pattern, subject),
+                expected,
+                "{pattern:?} on {subject:?}"
+            );
+        }
+    }
 
     #[test]
     fn every_row_of_the_shared_table() {

@@ -25,8 +25,9 @@ pub fn main<A: App, F: FnOnce() -> A>(app: F) -> ExitCode {
     crate::app::cli::main(app)
 }
 
-/// The app state inside a generated handler. It always has type `S`: the runtime binds the
-/// handler to that state.
+/// The app state for a generated handler's `handle`, when it is called directly (by hand or by
+/// a test): the runtime calls `handle_with_state` with the state as its type and never comes
+/// here. Called on a context whose state is of another type, the delivery is retried.
 pub fn state<'a, S: 'static>(ctx: &Context<'a>) -> Result<&'a S, HandlerOutcome> {
     ctx.state::<S>().ok_or_else(|| {
         tracing::error!(
@@ -38,7 +39,7 @@ pub fn state<'a, S: 'static>(ctx: &Context<'a>) -> Result<&'a S, HandlerOutcome>
     })
 }
 
-/// The same, for a batch.
+/// The same, for a batch handler's `handle_batch` called directly.
 pub fn batch_state<'a, S: 'static>(ctx: &BatchContext<'a>) -> Result<&'a S, HandlerOutcome> {
     ctx.state::<S>().ok_or_else(|| {
         tracing::error!(

@@ -121,6 +121,7 @@ impl<K: Key, S> FromContext<S> for Ctx<K> {
 #[derive(Debug, Clone, Copy)]
 pub enum Delivered {}
 
+#[diagnostic::do_not_recommend]
 impl Key for Delivered {
     type Value = Option<u64>;
     fn get(ctx: &Context<'_>) -> Result<Self::Value, Rejection> {
@@ -133,6 +134,7 @@ impl Key for Delivered {
 #[derive(Debug, Clone, Copy)]
 pub enum Attempt {}
 
+#[diagnostic::do_not_recommend]
 impl Key for Attempt {
     type Value = u32;
     fn get(ctx: &Context<'_>) -> Result<Self::Value, Rejection> {
@@ -144,6 +146,7 @@ impl Key for Attempt {
 #[derive(Debug, Clone, Copy)]
 pub enum Subject {}
 
+#[diagnostic::do_not_recommend]
 impl Key for Subject {
     type Value = String;
     fn get(ctx: &Context<'_>) -> Result<Self::Value, Rejection> {
@@ -155,6 +158,7 @@ impl Key for Subject {
 #[derive(Debug, Clone, Copy)]
 pub enum MessageHeaders {}
 
+#[diagnostic::do_not_recommend]
 impl Key for MessageHeaders {
     type Value = crate::Headers;
     fn get(ctx: &Context<'_>) -> Result<Self::Value, Rejection> {

@@ -5,11 +5,14 @@
 //! `Outgoing`, an extractor that is not one) are left to the compiler, through calls and bounds
 //! spanned at the user's tokens so that the error points there.
 
+mod methods;
+
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::Type;
 use syn::ext::IdentExt;
 
+use self::methods::{Methods, methods};
 use super::check::{Arg, Plan, Ret, value_type_in_ctx};
 use super::parse::{Descriptor, Handler, Shape};
 use crate::diag::first_last;
@@ -121,8 +124,7 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
     let h = plan.handler;
     let name = &h.item.sig.ident;
     let payload = plan.payload;
-    let inner = inner_fn(h);
-    let (state, extracts, call_args) = arguments(
+    let arguments = arguments(
         plan,
         &quote!(extract),
         &quote!(state),
@@ -143,6 +145,19 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
         Ret::Unit => quote!(::ruststream::__private::into_result(__ret, __ctx)),
     };
     let reply_bound = reply_bound(plan);
+    let body = methods(&Methods {
+        plan,
+        inner: inner_fn(plan.handler),
+        call: quote!(handle),
+        call_with_state: quote!(handle_with_state),
+        handler_trait: quote!(::ruststream::Handle<#payload, #outs, __S>),
+        input: quote!(&#payload),
+        outs: outs.clone(),
+        context: quote!(::ruststream::Context<'_>),
+        returns: quote!(::core::result::Result<(), ::ruststream::HandlerOutcome>),
+        arguments,
+        finish,
+    });
     quote! {
         #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
@@ -151,18 +166,7 @@ fn handle_single(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) ->
             #(#bounds,)*
             #reply_bound
         {
-            async fn handle(
-                &self,
-                __input: &#payload,
-                __outs: &#outs,
-                __ctx: &mut ::ruststream::Context<'_>,
-            ) -> ::core::result::Result<(), ::ruststream::HandlerOutcome> {
-                #inner
-                #state
-                #(#extracts)*
-                let __ret = #name(__input, #(#call_args),*).await;
-                #finish
-            }
+            #body
         }
     }
 }
@@ -244,8 +248,7 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
     let h = plan.handler;
     let name = &h.item.sig.ident;
     let payload = plan.payload;
-    let inner = inner_fn(h);
-    let (state, extracts, call_args) = arguments(
+    let arguments = arguments(
         plan,
         &quote!(extract_batch),
         &quote!(batch_state),
@@ -256,6 +259,19 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
         // `check.rs` refuses `reply` and `()` on a batch.
         Ret::Reply { .. } | Ret::Unit => quote!(::core::unreachable!()),
     };
+    let body = methods(&Methods {
+        plan,
+        inner: inner_fn(plan.handler),
+        call: quote!(handle_batch),
+        call_with_state: quote!(handle_batch_with_state),
+        handler_trait: quote!(::ruststream::HandleBatch<#payload, (), __S>),
+        input: quote!(&[#payload]),
+        outs: quote!(()),
+        context: quote!(::ruststream::BatchContext<'_>),
+        returns: quote!(::ruststream::BatchOutcome),
+        arguments,
+        finish,
+    });
     quote! {
         #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
@@ -263,18 +279,7 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
         where
             #(#bounds,)*
         {
-            async fn handle_batch(
-                &self,
-                __input: &[#payload],
-                __outs: &(),
-                __ctx: &mut ::ruststream::BatchContext<'_>,
-            ) -> ::ruststream::BatchOutcome {
-                #inner
-                #state
-                #(#extracts)*
-                let __ret = #name(__input, #(#call_args),*).await;
-                #finish
-            }
+            #body
         }
     }
 }

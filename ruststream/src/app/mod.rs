@@ -12,6 +12,7 @@ mod lifecycle;
 
 use std::future::Future;
 
+use crate::asyncapi::{DocumentInput, DocumentSource};
 use crate::broker::Env;
 use crate::error::Error;
 use crate::registration::RegistrationInfo;
@@ -88,6 +89,19 @@ pub trait App: Send + 'static {
             let running = self.start(Env::new()).await?;
             stop.await;
             running.stop().await
+        }
+    }
+}
+
+/// The AsyncAPI document of any app is built from what the app says of itself.
+impl<A: App> DocumentSource for A {
+    fn document_input(&self) -> DocumentInput {
+        DocumentInput {
+            name: self.info().name().to_owned(),
+            version: self.info().version().to_owned(),
+            brokers: self.brokers(),
+            streams: self.declared_streams(),
+            registrations: self.registrations(),
         }
     }
 }

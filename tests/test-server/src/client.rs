@@ -388,9 +388,10 @@ pub fn matches(pattern: &str, subject: &str) -> bool {
     }
 }
 
-/// The wire form of a `-NAK` that asks the server to hold the message for `delay`.
+/// The wire form of a `-NAK` that asks the server to hold the message for `delay`: the text of
+/// `ruststream::settle::AckKind`, its one home.
 pub fn nak_with(delay: Duration) -> String {
-    format!("-NAK {{\"delay\": {}}}", delay.as_nanos())
+    ruststream::settle::AckKind::NakAfter(delay).to_string()
 }
 
 #[cfg(test)]
@@ -399,15 +400,18 @@ mod tests {
 
     use super::{is_marker, matches, nak_with};
 
+    // The table every NATS matcher of the project is tested against.
+    include!("../../../ruststream-nats/src/subject/match_table.rs");
+
     #[test]
     fn patterns_match_as_nats_matches_them() {
-        assert!(matches("orders.created", "orders.created"));
-        assert!(!matches("orders.created", "orders.shipped"));
-        assert!(matches("orders.*", "orders.eu"));
-        assert!(!matches("orders.*", "orders.eu.x"));
-        assert!(matches("orders.>", "orders.eu.x"));
-        assert!(!matches("orders.>", "orders"));
-        assert!(matches(">", "_INBOX.abc"));
+        for &(pattern, subject, expected) in MATCH_TABLE {
+            assert_eq!(
+                matches(pattern, subject),
+                expected,
+                "{pattern:?} on {subject:?}"
+            );
+        }
     }
 
     #[test]

