@@ -23,34 +23,29 @@ use ruststream_test_server::NatsServer;
 use ruststream_test_server::cluster::free_port;
 use scale_support::*;
 
+/// The command line of `cargo bench --bench scale -- ...`.
+#[derive(clap::Parser)]
+#[command(about = "Orders per second of 1, 2 and 3 instances of the orders worker")]
+struct Args {
+    /// Interleaved rounds per instance count.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Orders in the stream per round.
+    #[arg(long, default_value_t = 20_000)]
+    messages: u64,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
 fn main() {
-    let mut rounds = 3usize;
-    let mut messages = 20_000u64;
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--rounds" => rounds = number(args.next(), "--rounds"),
-            "--messages" => messages = number(args.next(), "--messages"),
-            // `cargo bench` passes `--bench`.
-            "--bench" => {}
-            other => {
-                eprintln!("unknown argument {other:?}; use --rounds N, --messages M");
-                std::process::exit(2);
-            }
-        }
-    }
+    let args = <Args as clap::Parser>::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    runtime.block_on(run(rounds, messages));
-}
-
-fn number<T: std::str::FromStr>(value: Option<String>, flag: &str) -> T {
-    value
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{flag} takes a number"))
+    runtime.block_on(run(args.rounds, args.messages));
 }
 
 async fn run(rounds: usize, m: u64) {

@@ -149,29 +149,32 @@ async fn serve_metrics() -> Result<
     Ok(Some((health, server, render)))
 }
 
+/// The demo's command line.
+#[derive(clap::Parser)]
+#[command(about = "Runs examples/payments.rs, unchanged, and prints what happened to each payment")]
+struct DemoArgs {
+    /// Run on the embedded NATS (RustStream's in-process NATS, on the real clock).
+    #[arg(long)]
+    embedded: bool,
+    /// Run on the embedded NATS with the clock paused (about a second).
+    #[arg(long)]
+    fast: bool,
+    /// Serve /metrics, /healthz and /readyz at HOST:PORT (else RUSTSTREAM_METRICS_ADDR).
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<String>,
+}
+
 fn main() -> ExitCode {
     if std::env::var_os("RUST_LOG").is_some() {
         ruststream::app::cli::install_tracing();
     }
-    let mut fast = false;
-    let mut embedded = false;
-    let mut args = std::env::args().skip(1);
-    let mut metrics_addr = std::env::var("RUSTSTREAM_METRICS_ADDR")
-        .ok()
-        .filter(|a| !a.trim().is_empty());
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--fast" => fast = true,
-            "--embedded" => embedded = true,
-            "--metrics-addr" => metrics_addr = args.next(),
-            other => {
-                eprintln!(
-                    "error: unknown argument `{other}`; the demo takes `--embedded` (the embedded NATS), `--fast` (the embedded NATS on a paused clock) and `--metrics-addr HOST:PORT` (serve /metrics, /healthz, /readyz)"
-                );
-                return ExitCode::FAILURE;
-            }
-        }
-    }
+    let args = <DemoArgs as clap::Parser>::parse();
+    let (fast, embedded) = (args.fast, args.embedded);
+    let metrics_addr = args.metrics_addr.or_else(|| {
+        std::env::var("RUSTSTREAM_METRICS_ADDR")
+            .ok()
+            .filter(|a| !a.trim().is_empty())
+    });
     if let Some(addr) = metrics_addr {
         match addr.parse() {
             Ok(addr) => {

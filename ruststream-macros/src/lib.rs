@@ -160,7 +160,7 @@ mod hygiene {
                     Ctx(delivered): Ctx<Delivered>,
                     State(bank): State<Bank>,
                 ) -> Result<Captured, HandlerOutcome> {
-                    todo!()
+                    bank.capture(payment, delivered).await
                 }
             },
         );
@@ -169,7 +169,7 @@ mod hygiene {
             quote!("readings.stored"),
             quote!(
                 async fn store(readings: &[Reading]) -> HandlerOutcome {
-                    todo!()
+                    HandlerOutcome::ack()
                 }
             ),
         );
@@ -179,7 +179,7 @@ mod hygiene {
             quote!("payments.authorized"),
             quote!(
                 fn capture(payment: &Payment) -> HandlerOutcome {
-                    todo!()
+                    HandlerOutcome::ack()
                 }
             ),
         );
