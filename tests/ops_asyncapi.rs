@@ -111,6 +111,17 @@ fn every_examples_document_is_valid_asyncapi() {
     ];
     for (name, doc) in &documents {
         assert_valid(name, doc);
+        // Every message has a schema: the examples' types declare none, so each is traced from
+        // the type's `Deserialize` impl.
+        let channels = doc["channels"].as_object().expect("channels");
+        for (channel, c) in channels {
+            for (id, message) in c["messages"].as_object().expect("messages") {
+                assert!(
+                    message["payload"].is_object(),
+                    "{name}: message {id} of {channel} has no schema: {message}"
+                );
+            }
+        }
         // The YAML form says the same.
         let yaml = to_yaml(doc).expect("YAML");
         let back: Value = serde_norway::from_str(&yaml).expect("the YAML parses");
@@ -127,6 +138,13 @@ fn every_examples_document_is_valid_asyncapi() {
         json!({"stream": "PAYMENTS", "consumer": "capture"})
     );
     assert_eq!(authorized["messages"]["capture.in"]["title"], "Payment");
+    // The payment's schema, traced from its serde derive: it checks what the seeds publish.
+    let payment = &authorized["messages"]["capture.in"]["payload"];
+    assert_eq!(payment["type"], "object");
+    let schema = jsonschema::validator_for(payment).expect("a JSON Schema");
+    assert!(schema.is_valid(&json!({"id": 7, "card": "4242", "amount_cents": 1250})));
+    assert!(!schema.is_valid(&json!({"id": 7, "card": "4242"})));
+    assert!(!schema.is_valid(&json!({"id": "p-7", "card": "4242", "amount_cents": 1250})));
     let capture = &doc["operations"]["capture"];
     assert_eq!(capture["action"], "receive");
     assert_eq!(capture["channel"]["$ref"], "#/channels/payments.authorized");
@@ -165,6 +183,26 @@ mod custom {
         HandlerOutcome::ack()
     }
 
+    /// A reply type with its own `JsonSchema` and no declaration at the mount site: the
+    /// derive takes its schema, descriptions included.
+    #[derive(Debug, Serialize, Deserialize, Outgoing, schemars::JsonSchema)]
+    #[outgoing(name = "math.tripled")]
+    pub struct Tripled {
+        /// Three times the number.
+        pub value: i64,
+    }
+
+    #[subscriber("math.triple", reply)]
+    pub async fn triple(n: &Number) -> Result<Tripled, HandlerOutcome> {
+        Ok(Tripled { value: n.value * 3 })
+    }
+
+    /// Any JSON: a payload no schema describes.
+    #[subscriber("math.loose")]
+    pub async fn loose(_v: &serde_json::Value) -> HandlerOutcome {
+        HandlerOutcome::ack()
+    }
+
     pub fn app() -> impl App<State = ()> {
         RustStream::new(AppInfo::new("math", "1.2.3")).with_broker(
             NatsBroker::new("nats://math.internal:4222"),
@@ -175,6 +213,8 @@ mod custom {
                     .max_attempts(nonzero!(3))
                     .dead_letter("math.dead");
                 b.include(audit);
+                b.include(triple);
+                b.include(loose);
             },
         )
     }
@@ -220,8 +260,29 @@ fn patterns_queue_groups_requests_and_schemas_are_described() {
     assert_eq!(audit["address"], "audit.*");
     let operation = &doc["operations"]["audit"];
     assert_eq!(operation["bindings"]["nats"]["queue"], "auditors");
-    // A message without a declared schema says which type it is.
+    // Without a declaration, the payload's schema is traced from its `Deserialize` impl (no
+    // descriptions: serde does not know the doc comments).
     let message = &audit["messages"]["audit.in"];
     assert_eq!(message["title"], "Number");
-    assert!(message.get("payload").is_none());
+    assert_eq!(
+        message["payload"],
+        json!({
+            "type": "object",
+            "properties": {"value": {"type": "integer", "format": "int64"}},
+            "required": ["value"],
+        })
+    );
+    // A reply type's own `JsonSchema` wins over the trace, through `#[derive(Outgoing)]`.
+    let tripled = &doc["channels"]["triple.reply"]["messages"]["triple.out"]["payload"];
+    assert_eq!(
+        tripled["properties"]["value"]["description"],
+        "Three times the number."
+    );
+    // A payload no schema describes (any JSON) says which type it is, and why.
+    let loose = &doc["channels"]["math.loose"]["messages"]["loose.in"];
+    assert_eq!(loose["title"], "Value");
+    assert!(loose.get("payload").is_none(), "{loose}");
+    let about = loose["description"].as_str().expect("a description");
+    assert!(about.contains("serde_json::value::Value"), "{about}");
+    assert!(about.contains(".payload_schema::<T>()"), "{about}");
 }

@@ -237,6 +237,40 @@ fn describe_shows_each_registrations_codec() {
 }
 
 #[test]
+fn the_asyncapi_document_names_each_registrations_content_type() {
+    let doc = ruststream::asyncapi::document(&app(NatsBroker::new("nats://127.0.0.1:4222")));
+    let content_type = |registration: &str| {
+        let operation = &doc["operations"][registration];
+        let reference = operation["messages"][0]["$ref"]
+            .as_str()
+            .expect("a message");
+        let path: Vec<&str> = reference.trim_start_matches("#/").split('/').collect();
+        let message = path.iter().fold(&doc, |v, key| &v[*key]);
+        message["contentType"].as_str().map(str::to_owned)
+    };
+    assert_eq!(
+        content_type("json_receipt").as_deref(),
+        Some("application/json")
+    );
+    assert_eq!(
+        content_type("msgpack_receipt").as_deref(),
+        Some("application/msgpack")
+    );
+    assert_eq!(
+        content_type("cbor_receipt").as_deref(),
+        Some("application/cbor")
+    );
+    assert_eq!(
+        content_type("raw_slice").as_deref(),
+        Some("application/octet-stream")
+    );
+    assert_eq!(
+        content_type("raw_bytes").as_deref(),
+        Some("application/octet-stream")
+    );
+}
+
+#[test]
 fn the_app_codec_applies_where_broker_and_mount_site_chose_none() {
     use ruststream::App as _;
     let app = RustStream::new(AppInfo::new("codecs", "0.1.0"))

@@ -220,6 +220,13 @@ fn generate(
         impl #impl_generics ::ruststream::Outgoing for #ident #ty_generics #where_clause {
             const SUBJECT: &'static str = #subject;
             #fill
+            fn schema() -> ::core::option::Option<::ruststream::__private::serde_json::Value> {
+                #[allow(unused_imports)]
+                use ::ruststream::__private::{
+                    SchemaFromDeserialize as _, SchemaFromJsonSchema as _, SchemaUnknown as _,
+                };
+                (&&&::ruststream::__private::SchemaProbe::<Self>::new()).schema()
+            }
         }
     }
 }

@@ -213,6 +213,12 @@ pub trait Outs: Default + Send + Sync + 'static {
     fn subjects() -> Vec<&'static str> {
         Vec::new()
     }
+
+    /// The JSON Schema of what these outputs publish, for `asyncapi`: the first output's
+    /// [`Outgoing::schema`] (a [`SchemaFn`](crate::registration::SchemaFn)).
+    fn reply_schema() -> Option<fn() -> Option<serde_json::Value>> {
+        None
+    }
 }
 
 impl Outs for () {}
@@ -223,6 +229,10 @@ impl<A: Outs, B: Outs> Outs for (A, B) {
         s.extend(B::subjects());
         s
     }
+
+    fn reply_schema() -> Option<fn() -> Option<serde_json::Value>> {
+        A::reply_schema().or_else(B::reply_schema)
+    }
 }
 
 impl<A: Outs, B: Outs, C: Outs> Outs for (A, B, C) {
@@ -231,6 +241,12 @@ impl<A: Outs, B: Outs, C: Outs> Outs for (A, B, C) {
         s.extend(B::subjects());
         s.extend(C::subjects());
         s
+    }
+
+    fn reply_schema() -> Option<fn() -> Option<serde_json::Value>> {
+        A::reply_schema()
+            .or_else(B::reply_schema)
+            .or_else(C::reply_schema)
     }
 }
 
@@ -259,6 +275,10 @@ impl<T: Outgoing> Publisher<T> {
 impl<T: Outgoing + 'static> Outs for Publisher<T> {
     fn subjects() -> Vec<&'static str> {
         vec![T::SUBJECT]
+    }
+
+    fn reply_schema() -> Option<fn() -> Option<serde_json::Value>> {
+        Some(T::schema)
     }
 }
 

@@ -78,4 +78,12 @@ pub trait Outgoing: Serialize + Send + Sync {
     fn encode(&self) -> Result<Bytes, EncodeError> {
         Json.encode(self)
     }
+
+    /// The JSON Schema (draft 7) of the payload, for `asyncapi`; `None` when unknown (the
+    /// default). `#[derive(Outgoing)]` fills it: from `schemars::JsonSchema` when the type
+    /// implements it, else traced from its serde `Deserialize` impl
+    /// ([`traced_schema`](crate::registration::traced_schema)), else `None`.
+    fn schema() -> Option<serde_json::Value> {
+        None
+    }
 }

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use super::descriptor::Descriptor;
 use super::info::RegistrationInfo;
 use super::policy::{OnFailure, Policy};
-use super::schemas::{Schemas, schema_of};
+use super::schemas::{Schemas, declared_schema};
 use crate::codec::Format;
 use crate::delivery::Delivery;
 use crate::error::{Error, ErrorKind};
@@ -396,16 +396,17 @@ impl<S> Registration<S> {
 }
 
 impl<S> Registration<S> {
-    /// Declares the JSON Schema of the payload, from `T` (`asyncapi`).
+    /// Declares the JSON Schema of the payload, from `T` (`asyncapi`), in place of the one
+    /// traced from the payload type's `Deserialize` impl.
     pub fn payload_schema<T: schemars::JsonSchema>(&mut self) -> &mut Self {
-        self.schemas.payload = Some(schema_of::<T>);
+        self.schemas.payload = Some(declared_schema::<T>);
         self
     }
 
     /// Declares the JSON Schema of what the handler publishes and answers with, from `T`
     /// (`asyncapi`).
     pub fn reply_schema<T: schemars::JsonSchema>(&mut self) -> &mut Self {
-        self.schemas.reply = Some(schema_of::<T>);
+        self.schemas.reply = Some(declared_schema::<T>);
         self
     }
 }

@@ -51,7 +51,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             Arc::new(descriptor),
             HandlerKind::Single(call),
             O::subjects(),
-            Schemas::of::<In>(),
+            Schemas::decoded::<In, O>(),
         )
     }
 
@@ -111,7 +111,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             Arc::new(descriptor),
             HandlerKind::Batch(call),
             O::subjects(),
-            Schemas::of::<In>(),
+            Schemas::decoded::<In, O>(),
         )
     }
 }
@@ -168,7 +168,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
             Arc::new(descriptor),
             HandlerKind::Single(call),
             O::subjects(),
-            Schemas::of::<In>(),
+            Schemas::raw::<In, O>(),
         )
     }
 }

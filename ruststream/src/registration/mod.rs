@@ -8,13 +8,14 @@
 //! | `descriptor.rs` | [`Descriptor`], [`DescriptorInfo`], [`PrefixedSubject`], subject prefixes |
 //! | `policy.rs` | [`Policy`], [`OnFailure`] |
 //! | `info.rs` | [`RegistrationInfo`] (what `describe` and the startup checks read) |
-//! | `schemas.rs` | [`Schemas`]: the payload's type and declared JSON Schemas |
+//! | `schemas.rs` | [`Schemas`]: the payload's type and its JSON Schemas |
+//! | `traced.rs` | [`traced_schema`]: a type's JSON Schema read from its serde `Deserialize` impl |
 //! | `builder.rs` | [`Registration`] and its chain (`.max_attempts(..)`, `.dead_letter(..)`, ..) |
 //! | `call.rs` | how a registration calls its handler: decode, context, panics caught |
 //! | `endpoint.rs` | [`Endpoint`]: a registration bound to the app state, as a broker runs it |
 //! | `mount.rs` | [`Mount`], [`WithHandler`]: what `b.include(..)` takes |
 //!
-//! Dependencies run one way: `descriptor`, `policy`, `schemas` ← `info` ← `builder` ← `call`,
+//! Dependencies run one way: `descriptor`, `policy`, `traced` ← `schemas` ← `info` ← `builder` ← `call`,
 //! `endpoint`, `mount`.
 
 mod builder;
@@ -25,6 +26,7 @@ mod info;
 mod mount;
 mod policy;
 mod schemas;
+mod traced;
 
 pub use self::builder::Registration;
 pub use self::descriptor::{DeliverPolicy, Descriptor, DescriptorInfo, PrefixedSubject};
@@ -32,5 +34,6 @@ pub use self::endpoint::Endpoint;
 pub use self::info::{RegistrationInfo, policy_notes};
 pub use self::mount::{BatchMarker, Mount, SingleMarker, WithHandler};
 pub use self::policy::{OnFailure, Policy};
-pub use self::schemas::{SchemaFn, Schemas, schema_of};
+pub use self::schemas::{SchemaFn, Schemas, declared_schema, schema_of};
+pub use self::traced::traced_schema;
 pub use crate::handled::Handled;

@@ -1,21 +1,30 @@
 //! What a registration says about its messages' shapes ([`Schemas`]): the payload's Rust type
-//! and, when declared at the mount site, JSON Schemas for `asyncapi`.
+//! and its JSON Schemas for `asyncapi`: declared at the mount site (`schemars`), else derived
+//! with the reply type (`#[derive(Outgoing)]`), else traced from the type's `Deserialize` impl.
 
 use std::fmt;
 
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// Makes a JSON Schema.
-pub type SchemaFn = fn() -> Value;
+use super::traced::traced_schema;
+use crate::handler::Outs;
+
+/// Makes a JSON Schema; `None` when the type's cannot be made (see [`traced_schema`]).
+pub type SchemaFn = fn() -> Option<Value>;
 
 /// What a registration says about its messages' shapes.
 #[derive(Clone, Default)]
 pub struct Schemas {
     /// The Rust type of the payload, as `std::any::type_name` spells it.
     pub payload_type: &'static str,
-    /// The payload's JSON Schema, when declared.
+    /// Whether the payload reaches the handler as it arrived (`Bytes`, `&[u8]`): no codec
+    /// reads it.
+    pub raw: bool,
+    /// The payload's JSON Schema: declared, or traced from its `Deserialize` impl.
     pub payload: Option<SchemaFn>,
-    /// The JSON Schema of what the handler publishes and answers with, when declared.
+    /// The JSON Schema of what the handler publishes and answers with: declared, or its
+    /// [`Outgoing`](crate::Outgoing) type's.
     pub reply: Option<SchemaFn>,
 }
 
@@ -23,6 +32,7 @@ impl fmt::Debug for Schemas {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Schemas")
             .field("payload_type", &self.payload_type)
+            .field("raw", &self.raw)
             .field("payload", &self.payload.is_some())
             .field("reply", &self.reply.is_some())
             .finish()
@@ -38,6 +48,7 @@ impl PartialEq for Schemas {
             (a, b) => a.is_none() && b.is_none(),
         };
         self.payload_type == other.payload_type
+            && self.raw == other.raw
             && same(self.payload, other.payload)
             && same(self.reply, other.reply)
     }
@@ -50,10 +61,46 @@ impl Schemas {
     pub fn of<T: ?Sized>() -> Self {
         Self {
             payload_type: std::any::type_name::<T>(),
+            raw: false,
             payload: None,
             reply: None,
         }
     }
+
+    /// The type of payload `T`, taken as it arrived, and the schema of what outputs `O`
+    /// publish.
+    pub fn raw<T: ?Sized, O: Outs>() -> Self {
+        Self {
+            raw: true,
+            ..Self::of::<T>()
+        }
+        .replying::<O>()
+    }
+
+    /// The type of payload `T`, decoded: its schema traced from its `Deserialize` impl, and
+    /// the schema of what outputs `O` publish.
+    pub fn decoded<T: DeserializeOwned, O: Outs>() -> Self {
+        Self {
+            payload: Some(traced_schema::<T>),
+            ..Self::of::<T>()
+        }
+        .replying::<O>()
+    }
+
+    /// With the schema of what outputs `O` publish (their first [`Outgoing`](crate::Outgoing)
+    /// type's).
+    pub fn replying<O: Outs>(self) -> Self {
+        Self {
+            reply: O::reply_schema(),
+            ..self
+        }
+    }
+}
+
+/// The JSON Schema (draft 7) of `T` as a [`SchemaFn`]: what a declaration at the mount site
+/// stores.
+pub fn declared_schema<T: schemars::JsonSchema>() -> Option<Value> {
+    Some(schema_of::<T>())
 }
 
 /// The JSON Schema (draft 7) of `T`.
