@@ -94,6 +94,7 @@ proptest! {
             reply: None,
             headers,
             payload: Bytes::from_static(b"{}"),
+            jetstream: None,
         };
         let attempt = incoming_capped(raw, DeliveryModel::Core, "fuzz", cap).delivery.attempt();
         if let Some(cap) = cap {

@@ -44,8 +44,15 @@ pub struct JetStreamInfo {
 impl JetStreamInfo {
     /// Reads an acknowledgement subject; `None` when it is not one.
     pub fn parse(subject: &str) -> Option<Self> {
-        let ack = AckSubject::parse(subject)?;
-        Some(Self {
+        AckSubject::parse(subject).map(Self::from)
+    }
+}
+
+impl From<AckSubject<'_>> for JetStreamInfo {
+    /// The facts of a subject already read (by the pull's check that a message is its
+    /// consumer's: the subject is read once per delivery).
+    fn from(ack: AckSubject<'_>) -> Self {
+        Self {
             domain: ack.domain.map(str::to_owned),
             stream: ack.stream.to_owned(),
             consumer: ack.consumer.to_owned(),
@@ -54,7 +61,7 @@ impl JetStreamInfo {
             consumer_sequence: ack.consumer_sequence,
             timestamp: ack.timestamp,
             pending: ack.pending,
-        })
+        }
     }
 }
 

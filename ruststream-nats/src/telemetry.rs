@@ -17,7 +17,7 @@ use ruststream::registration::Handled;
 use ruststream::settle::{Decision, Settle};
 use ruststream::telemetry::{HandlerMetrics, outcome_label};
 use ruststream::{Delivery, Endpoint};
-use tokio::time::Instant;
+use std::time::Instant;
 use tracing::Instrument;
 
 use crate::jetstream_info::JetStreamInfo;
@@ -96,6 +96,8 @@ pub(crate) async fn observed<T: Decided>(
     for _ in 0..deliveries {
         metrics.started();
     }
+    // The system clock, not tokio's: the handler's real duration, and cheaper where tokio's
+    // clock can be paused (its `test-util`), which looks the runtime's clock up on every read.
     let began = Instant::now();
     let decided = dispatch.instrument(span.clone()).await;
     let took = began.elapsed();

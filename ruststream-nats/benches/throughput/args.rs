@@ -35,6 +35,11 @@ pub struct Args {
     /// Metrics on, no span subscriber.
     #[arg(long)]
     pub metrics_only: bool,
+    /// How many Core messages the client holds per subscription, on both sides (raw:
+    /// `ConnectOptions::subscription_capacity`; RustStream: the broker's
+    /// `.subscription_capacity(..)`); async-nats's default (65 536) otherwise.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub subscription_capacity: Option<u64>,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,

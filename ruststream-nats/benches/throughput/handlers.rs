@@ -96,10 +96,26 @@ impl Middleware for Noop {
     }
 }
 
+/// `--subscription-capacity`, set once before the rounds; both sides read it.
+pub static SUBSCRIPTION_CAPACITY: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// The raw side's connection: async-nats's defaults, but for `--subscription-capacity`.
+pub async fn raw_client(url: &str) -> async_nats::Client {
+    let mut options = async_nats::ConnectOptions::new();
+    if let Some(capacity) = SUBSCRIPTION_CAPACITY.get() {
+        options = options.subscription_capacity(*capacity);
+    }
+    options.connect(url).await.expect("connects")
+}
+
 /// The service: one NATS broker at `url` with what `mount` includes.
 pub fn app(
     url: &str,
     mount: impl FnOnce(&mut ruststream::Scope<()>) + Send + 'static,
 ) -> impl ruststream::App<State = ()> {
-    RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(NatsBroker::new(url), mount)
+    let mut broker = NatsBroker::new(url);
+    if let Some(capacity) = SUBSCRIPTION_CAPACITY.get() {
+        broker = broker.subscription_capacity(*capacity);
+    }
+    RustStream::new(AppInfo::new("bench", "0.1.0")).with_broker(broker, mount)
 }

@@ -50,6 +50,10 @@ static GLOBAL: alloc::Counting = alloc::Counting;
 fn main() {
     let args = Args::parse();
     payload::start_clock();
+    if let Some(capacity) = args.subscription_capacity {
+        let capacity = usize::try_from(capacity).expect("a capacity this machine can address");
+        let _ = handlers::SUBSCRIPTION_CAPACITY.set(capacity);
+    }
     // Logs only when asked (`RUST_LOG=ruststream_nats=debug`): a subscriber costs per message.
     if std::env::var_os("RUST_LOG").is_some() {
         ruststream::app::cli::install_tracing();
@@ -92,6 +96,9 @@ async fn run(args: Args) {
         args.rounds,
         std::thread::available_parallelism().map_or(0, NonZeroUsize::get)
     );
+    if let Some(capacity) = handlers::SUBSCRIPTION_CAPACITY.get() {
+        eprintln!("subscription capacity {capacity} on both sides (async-nats's default: 65536)");
+    }
 
     let mut rows = Vec::new();
     if args.runs(Scenario::Core) {

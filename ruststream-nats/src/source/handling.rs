@@ -15,6 +15,7 @@ use tracing::Instrument;
 use super::{Progress, Source};
 use crate::JetStreamInfo;
 use crate::executor::{Executor, Incoming};
+use crate::publish::NatsPublisher;
 use crate::telemetry;
 
 impl Source {
@@ -27,47 +28,73 @@ impl Source {
         let idempotency = self.idempotency.clone();
         async move {
             let unit = unit.as_slice();
+            // The batch path and the idempotency guard are boxed: their futures are the
+            // largest of this one's, and every message's handling future is moved whole (into
+            // the source's slot, and as it starts), so what only some registrations run is kept
+            // out of it. Both already cost more per message than an allocation.
             if endpoint.is_batch() {
-                let deliveries: Vec<&Delivery> = unit.iter().map(|i| &i.delivery).collect();
-                let dispatch = endpoint.dispatch_batch(&deliveries, &*publisher);
-                let span = telemetry::batch_span(&endpoint, &deliveries);
-                let dispatch = with_progress(&endpoint, &executor, unit, dispatch);
-                let decided =
-                    telemetry::observed(&span, &executor.metrics, unit.len(), dispatch).await;
-                for (incoming, (handled, decision)) in unit.iter().zip(decided) {
-                    settle(&executor, &progress, incoming, &handled, &decision)
-                        .instrument(span.clone())
-                        .await;
-                }
-            } else {
-                for incoming in unit {
-                    let claim = match &idempotency {
-                        Some(guard) => {
-                            match admit(guard, &endpoint, &executor, &progress, incoming).await {
-                                Some(claim) => claim,
-                                None => continue,
-                            }
+                Box::pin(handle_batch(
+                    &endpoint, &executor, &publisher, &progress, unit,
+                ))
+                .await;
+                return;
+            }
+            for incoming in unit {
+                let claim = match &idempotency {
+                    Some(guard) => {
+                        match Box::pin(admit(guard, &endpoint, &executor, &progress, incoming))
+                            .await
+                        {
+                            Some(claim) => claim,
+                            None => continue,
                         }
-                        None => None,
-                    };
-                    let dispatch = endpoint.dispatch(&incoming.delivery, &*publisher);
-                    let span = telemetry::delivery_span(&endpoint, &incoming.delivery);
+                    }
+                    None => None,
+                };
+                let span = telemetry::delivery_span(&endpoint, &incoming.delivery);
+                let dispatch = endpoint.dispatch(&incoming.delivery, &*publisher);
+                // Without progress signals (Core, and JetStream without `progress_until`) the
+                // dispatch is awaited as it is: one layer less moving it.
+                let (handled, decision) = if progress_signals(&endpoint) {
                     let one = std::slice::from_ref(incoming);
                     let dispatch = with_progress(&endpoint, &executor, one, dispatch);
-                    let (handled, decision) =
-                        telemetry::observed(&span, &executor.metrics, 1, dispatch).await;
-                    settle(&executor, &progress, incoming, &handled, &decision)
-                        .instrument(span.clone())
-                        .await;
-                    if let (Some(guard), Some((key, revision))) = (&idempotency, &claim) {
+                    telemetry::observed(&span, &executor.metrics, 1, dispatch).await
+                } else {
+                    telemetry::observed(&span, &executor.metrics, 1, dispatch).await
+                };
+                settle(&executor, &progress, incoming, &handled, &decision)
+                    .instrument(span.clone())
+                    .await;
+                if let (Some(guard), Some((key, revision))) = (&idempotency, claim) {
+                    Box::pin(
                         guard
-                            .settled(key.clone(), *revision, &decision)
-                            .instrument(span.clone())
-                            .await;
-                    }
+                            .settled(key, revision, &decision)
+                            .instrument(span.clone()),
+                    )
+                    .await;
                 }
             }
         }
+    }
+}
+
+/// Runs a batch handler on `unit` and executes the decisions.
+async fn handle_batch(
+    endpoint: &Endpoint,
+    executor: &Executor,
+    publisher: &NatsPublisher,
+    progress: &Progress,
+    unit: &[Incoming],
+) {
+    let deliveries: Vec<&Delivery> = unit.iter().map(|i| &i.delivery).collect();
+    let dispatch = endpoint.dispatch_batch(&deliveries, publisher);
+    let span = telemetry::batch_span(endpoint, &deliveries);
+    let dispatch = with_progress(endpoint, executor, unit, dispatch);
+    let decided = telemetry::observed(&span, &executor.metrics, unit.len(), dispatch).await;
+    for (incoming, (handled, decision)) in unit.iter().zip(decided) {
+        settle(executor, progress, incoming, &handled, &decision)
+            .instrument(span.clone())
+            .await;
     }
 }
 
@@ -84,6 +111,14 @@ impl Unit {
             Self::Batch(unit) => unit,
         }
     }
+}
+
+/// Whether [`with_progress`] has anything to do for `endpoint`'s deliveries.
+fn progress_signals(endpoint: &Endpoint) -> bool {
+    let info = endpoint.info();
+    info.policy.progress_until.is_some()
+        && info.descriptor.ack_wait.is_some()
+        && info.descriptor.model == DeliveryModel::JetStream
 }
 
 /// Runs `handling`; while it runs, and for at most the registration's `progress_until`, tells

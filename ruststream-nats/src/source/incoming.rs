@@ -31,11 +31,14 @@ pub(crate) fn incoming_capped(
         reply,
         headers,
         payload,
+        jetstream,
     } = raw;
     match model {
         DeliveryModel::JetStream => {
             let mut delivery = Delivery::new(subject, payload).with_headers(headers);
-            match reply.as_deref().and_then(JetStreamInfo::parse) {
+            // Read by the transport already, as a rule (the pull reads it to check that a
+            // message is its consumer's delivery); read here otherwise.
+            match jetstream.or_else(|| reply.as_deref().and_then(JetStreamInfo::parse)) {
                 Some(info) => {
                     let attempt = u32::try_from(info.delivered).unwrap_or(u32::MAX);
                     delivery = delivery
@@ -139,6 +142,7 @@ mod tests {
             reply: reply.map(Arc::from),
             headers,
             payload: Bytes::from_static(b"{}"),
+            jetstream: None,
         }
     }
 
@@ -163,6 +167,30 @@ mod tests {
             Some(10)
         );
         assert!(incoming.ack_subject.is_some());
+    }
+
+    #[test]
+    fn a_jetstream_delivery_keeps_the_facts_the_transport_read() {
+        // The pull read the subject already: the source takes its facts as they are, without
+        // reading `reply` again (here a different subject, so a second read would show).
+        let read = JetStreamInfo::parse("$JS.ACK.ORDERS.worker.2.41.50.1700000000000000000.0");
+        let mut message = raw(
+            Some("$JS.ACK.ORDERS.worker.3.10.12.1700000000000000000.0"),
+            Headers::new(),
+        );
+        message.jetstream = read.clone();
+        let incoming = incoming(message, DeliveryModel::JetStream, "worker");
+        assert_eq!(
+            incoming.delivery.extension::<JetStreamInfo>(),
+            read.as_ref()
+        );
+        assert_eq!(incoming.delivery.delivered(), Some(2));
+        assert_eq!(incoming.delivery.attempt().get(), 2);
+        // Still acknowledged on the subject the server gave it.
+        assert_eq!(
+            incoming.ack_subject.as_deref(),
+            Some("$JS.ACK.ORDERS.worker.3.10.12.1700000000000000000.0")
+        );
     }
 
     #[test]

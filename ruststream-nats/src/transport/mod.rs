@@ -33,6 +33,10 @@ pub struct RawMessage {
     pub headers: Headers,
     /// Its payload.
     pub payload: Bytes,
+    /// What the transport already read from a JetStream delivery's acknowledgement subject
+    /// (`reply`), so that the runtime does not read it a second time; `None` on Core, or when
+    /// the transport did not read it (the runtime then reads `reply` itself).
+    pub jetstream: Option<crate::JetStreamInfo>,
 }
 
 /// What went wrong on the wire.

@@ -259,6 +259,7 @@ fn raw_message(m: async_nats::Message) -> RawMessage {
         reply: m.reply.map(|r| Arc::from(r.as_str())),
         headers: m.headers.as_ref().map(headers_of).unwrap_or_default(),
         payload: m.payload,
+        jetstream: None,
     }
 }
 

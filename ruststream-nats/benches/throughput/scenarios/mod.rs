@@ -17,7 +17,7 @@ use ruststream_nats::CoreSubject;
 
 use crate::args::{Args, Side};
 use crate::counter::{Counter, Record};
-use crate::handlers::{CountAck, Noop, app};
+use crate::handlers::{CountAck, Noop, app, raw_client};
 use crate::payload::Order;
 use crate::publish::{self, Pace, join, round_trip};
 
@@ -82,7 +82,7 @@ pub async fn core_round(
 ) {
     match side {
         CoreSide::Raw => {
-            let client = async_nats::connect(url).await.expect("connects");
+            let client = raw_client(url).await;
             let mut subscriber = client.subscribe(subject).await.expect("subscribes");
             round_trip(&client).await;
             let c = Arc::clone(counter);

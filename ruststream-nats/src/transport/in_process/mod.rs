@@ -314,6 +314,7 @@ impl Transport for InProcessNats {
                     reply: Some(Arc::from(inbox)),
                     headers,
                     payload,
+                    jetstream: None,
                 };
                 state.publish_message(message, Instant::now());
                 id

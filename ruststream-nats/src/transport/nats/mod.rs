@@ -258,7 +258,7 @@ impl Transport for NatsTransport {
                     };
                     TransportError::new(kind, format!("the request to `{subject}` failed: {what}"))
                 })?;
-            Ok(raw(response))
+            Ok(raw(response, None))
         })
     }
 

@@ -102,8 +102,12 @@ use futures::{FutureExt, StreamExt};
 use tokio::time::{Instant, Sleep};
 
 use super::errors::is_stream_not_found;
+use crate::JetStreamInfo;
 use crate::jetstream_info::AckSubject;
 use crate::transport::{TransportError, TransportErrorKind};
+
+/// A delivery of the consumer, with what its acknowledgement subject says.
+pub(crate) type Delivered = (Message, JetStreamInfo);
 
 /// The longest idle heartbeat asked for: how soon a lost request is noticed.
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -263,7 +267,7 @@ impl Puller {
     /// The next message the server delivered. More is asked for whenever no more than half the
     /// lookahead is still to come: before waiting, and again before a message is handed over. `None` once nothing more can come: the consumer was deleted,
     /// or the connection closed for good. An error is reported once; the next call carries on.
-    pub(crate) async fn next(&mut self) -> Option<Result<Message, TransportError>> {
+    pub(crate) async fn next(&mut self) -> Option<Result<Delivered, TransportError>> {
         loop {
             if self.ended {
                 return None;
@@ -296,9 +300,9 @@ impl Puller {
             };
             match message.status {
                 None | Some(StatusCode::OK) => {
-                    if !self.delivered_here(&message) {
+                    let Some(info) = self.delivered_here(&message) else {
                         continue;
-                    }
+                    };
                     self.outstanding = self.outstanding.saturating_sub(1);
                     self.returned += 1;
                     // Ask for more now, not when the next message is wanted: the request is
@@ -307,7 +311,7 @@ impl Puller {
                     if self.outstanding <= self.lookahead / 2 {
                         let _ = self.pull().await;
                     }
-                    return Some(Ok(message));
+                    return Some(Ok((message, info)));
                 }
                 Some(StatusCode::IDLE_HEARTBEAT) => {}
                 // A request expired (or, unpinned, was let go): what it did not deliver never
@@ -380,7 +384,7 @@ impl Puller {
     /// round trip to the server, what it wrote before has arrived; then what the requests still
     /// waiting bring is taken too, until they asked for no more, nothing came for
     /// [`STOP_QUIET`], or [`STOP_WAIT`] passed. The inbox closes when the puller is dropped.
-    pub(crate) async fn stop(&mut self) -> Vec<Message> {
+    pub(crate) async fn stop(&mut self) -> Vec<Delivered> {
         self.ended = true;
         let mut held = Vec::new();
         let started = Instant::now();
@@ -412,10 +416,10 @@ impl Puller {
             let Some(message) = message else { break };
             match message.status {
                 None | Some(StatusCode::OK) => {
-                    if self.delivered_here(&message) {
+                    if let Some(info) = self.delivered_here(&message) {
                         self.outstanding = self.outstanding.saturating_sub(1);
                         quiet_at = Instant::now() + STOP_QUIET;
-                        held.push(message);
+                        held.push((message, info));
                     }
                 }
                 Some(StatusCode::IDLE_HEARTBEAT) => {}
@@ -473,15 +477,16 @@ impl Puller {
     /// Whether `message` is a delivery of this consumer: its reply subject is an acknowledgement
     /// subject naming this stream and consumer. Anything else was published to the inbox by
     /// someone else: it is dropped (counted, and logged at most every
-    /// [`FORGED_WARNING_EVERY`]).
-    fn delivered_here(&mut self, message: &Message) -> bool {
+    /// [`FORGED_WARNING_EVERY`]). A delivery's facts, read from the subject here, go with it
+    /// (the subject is read once per delivery).
+    fn delivered_here(&mut self, message: &Message) -> Option<JetStreamInfo> {
         let genuine = message
             .reply
             .as_deref()
             .and_then(AckSubject::parse)
-            .is_some_and(|ack| ack.stream == self.stream && ack.consumer == self.consumer);
-        if genuine {
-            return true;
+            .filter(|ack| ack.stream == self.stream && ack.consumer == self.consumer);
+        if let Some(ack) = genuine {
+            return Some(JetStreamInfo::from(ack));
         }
         self.forged += 1;
         let now = Instant::now();
@@ -500,7 +505,7 @@ impl Puller {
             self.forged = 0;
             self.forged_warned = Some(now);
         }
-        false
+        None
     }
 
     /// Sizes the lookahead, then asks for what tops it up (at least half of it), counted before

@@ -12,15 +12,17 @@ use futures::{Stream, StreamExt};
 use tokio::sync::oneshot;
 
 use super::from_header_map;
-use super::pull::Puller;
+use super::pull::{Delivered, Puller};
+use crate::JetStreamInfo;
 use crate::transport::{RawMessage, Subscription, TransportError, Unsubscribe};
 
-pub(super) fn raw(message: async_nats::Message) -> RawMessage {
+pub(super) fn raw(message: async_nats::Message, jetstream: Option<JetStreamInfo>) -> RawMessage {
     RawMessage {
         subject: Arc::from(message.subject.as_str()),
         reply: message.reply.map(|reply| Arc::from(reply.as_str())),
         headers: from_header_map(message.headers.as_ref()),
         payload: message.payload,
+        jetstream,
     }
 }
 
@@ -121,7 +123,7 @@ impl Stream for CoreReading {
                     }
                     return subscriber
                         .poll_next_unpin(cx)
-                        .map(|message| Some(Ok(raw_sharing(message?, &mut this.subject))));
+                        .map(|message| Some(Ok(raw_sharing(message?, None, &mut this.subject))));
                 }
                 CoreState::Stopping(stopping) => {
                     let reading = ready!(stopping.as_mut().poll(cx));
@@ -146,7 +148,7 @@ enum Reading {
     /// Stopped: the last messages of a drained Core subscription.
     Draining(async_nats::Subscriber),
     /// Stopped: what a pull had already brought into the client.
-    Leftovers(std::vec::IntoIter<async_nats::Message>),
+    Leftovers(std::vec::IntoIter<Delivered>),
 }
 
 impl Reading {
@@ -163,18 +165,20 @@ impl Reading {
                         // Asked to stop, or the handle is gone.
                         _ = &mut stop => Self::stopped(source).await,
                         item = next(&mut source) => {
-                            let item = item?.map(|message| raw_sharing(message, &mut subject));
+                            let item = item?.map(|(message, jetstream)| {
+                                raw_sharing(message, jetstream, &mut subject)
+                            });
                             return Some((item, Self::Running { source, stop, subject }));
                         }
                     }
                 }
                 Self::Draining(mut subscriber) => {
                     let message = subscriber.next().await?;
-                    return Some((Ok(raw(message)), Self::Draining(subscriber)));
+                    return Some((Ok(raw(message, None)), Self::Draining(subscriber)));
                 }
                 Self::Leftovers(mut rest) => {
-                    let message = rest.next()?;
-                    return Some((Ok(raw(message)), Self::Leftovers(rest)));
+                    let (message, jetstream) = rest.next()?;
+                    return Some((Ok(raw(message, Some(jetstream))), Self::Leftovers(rest)));
                 }
             };
         }
@@ -198,15 +202,25 @@ impl Reading {
     }
 }
 
-async fn next(source: &mut Pumped) -> Option<Result<async_nats::Message, TransportError>> {
+/// The next message; a pull's with the facts of its acknowledgement subject.
+async fn next(
+    source: &mut Pumped,
+) -> Option<Result<(async_nats::Message, Option<JetStreamInfo>), TransportError>> {
     match source {
-        Pumped::Core(subscriber) => subscriber.next().await.map(Ok),
-        Pumped::Pull(puller) => puller.next().await,
+        Pumped::Core(subscriber) => subscriber.next().await.map(|message| Ok((message, None))),
+        Pumped::Pull(puller) => puller
+            .next()
+            .await
+            .map(|delivered| delivered.map(|(message, info)| (message, Some(info)))),
     }
 }
 
 /// [`raw`], sharing the subject with the previous message when it is the same.
-fn raw_sharing(message: async_nats::Message, last: &mut Option<Arc<str>>) -> RawMessage {
+fn raw_sharing(
+    message: async_nats::Message,
+    jetstream: Option<JetStreamInfo>,
+    last: &mut Option<Arc<str>>,
+) -> RawMessage {
     let subject = match last {
         Some(subject) if **subject == *message.subject => Arc::clone(subject),
         _ => Arc::clone(last.insert(Arc::from(message.subject.as_str()))),
@@ -216,5 +230,6 @@ fn raw_sharing(message: async_nats::Message, last: &mut Option<Arc<str>>) -> Raw
         reply: message.reply.map(|reply| Arc::from(reply.as_str())),
         headers: from_header_map(message.headers.as_ref()),
         payload: message.payload,
+        jetstream,
     }
 }

@@ -320,6 +320,8 @@ impl Consumer {
             );
             let message = RawMessage {
                 subject: Arc::clone(&stored.subject),
+                // What a pull of the real server reads from the subject, read here the same way.
+                jetstream: crate::JetStreamInfo::parse(&reply),
                 reply: Some(Arc::from(reply)),
                 headers: stored.headers.clone(),
                 payload: stored.payload.clone(),

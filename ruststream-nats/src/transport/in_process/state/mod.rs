@@ -124,6 +124,7 @@ impl State {
             reply: None,
             headers,
             payload,
+            jetstream: None,
         };
         match self.publish_message(message, now) {
             Storing::Stored(stream, seq) => Some((stream, seq)),

@@ -110,6 +110,7 @@ impl State {
             reply: None,
             headers,
             payload,
+            jetstream: None,
         };
         if self.stream_storing(&subject).is_some() {
             match self.publish_message(message, now) {
