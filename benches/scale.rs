@@ -19,8 +19,6 @@ mod scale_support;
 
 use std::time::Instant;
 
-use ruststream_test_server::NatsServer;
-use ruststream_test_server::cluster::free_port;
 use scale_support::*;
 
 /// The command line of `cargo bench --bench scale -- ...`.
@@ -49,22 +47,11 @@ fn main() {
 }
 
 async fn run(rounds: usize, m: u64) {
-    let version = NatsServer::version();
-    let monitor = free_port();
-    let server = NatsServer::builder()
-        .arg("-m")
-        .arg(monitor.to_string())
-        .start();
-    let client = async_nats::connect(server.url())
-        .await
-        .expect("the bench connects");
-    let js = async_nats::jetstream::new(client.clone());
-    create_stream(&js, ORDERS, &[PLACED], 1).await;
+    let (server, _monitor, _client, js, fulfilled) = orders_server().await;
     let stream = js.get_stream(ORDERS).await.expect("the stream");
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
-    println!("{version}, {cores} cores, {m} orders a round, {rounds} rounds");
+    println!("{cores} cores, {m} orders a round, {rounds} rounds");
 
-    let fulfilled = Tally::start(&client, FULFILLED).await;
     let counts = [1usize, 2, 3];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); counts.len()];
     for round in 0..rounds {

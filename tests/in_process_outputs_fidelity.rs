@@ -12,7 +12,7 @@ use futures::StreamExt as _;
 use ruststream::Headers;
 use ruststream_nats::testing::{InProcessNats, MAX_PAYLOAD, StreamLimits};
 use ruststream_nats::transport::nats::NatsTransport;
-use ruststream_nats::transport::{StoredAck, StreamSpec, Transport, TransportErrorKind};
+use ruststream_nats::transport::{Refusal, StoredAck, StreamSpec, Transport, TransportErrorKind};
 use ruststream_test_server::{NatsServer, client};
 
 /// A server the scenarios run against, in process or live.
@@ -190,7 +190,7 @@ async fn a_full_stream_with_discard_new_refuses_and_core_subscribers_still_get_i
         .await
         .expect_err("the stream is full");
     assert_eq!(err.kind, TransportErrorKind::Refused, "{err}");
-    assert!(err.message.contains("maximum messages"), "{err}");
+    assert_eq!(err.refusal(), Some(Refusal::StreamFull), "{err}");
     assert_eq!(server.stored("OUT").await, ["1", "2"]);
     for expected in ["1", "2", "3"] {
         let message = tokio::time::timeout(Duration::from_secs(5), core.next())
@@ -316,6 +316,7 @@ async fn a_message_past_max_payload_is_refused(server: &Server) {
         .await
         .expect_err("past max_payload");
     assert_eq!(err.kind, TransportErrorKind::Refused, "{err}");
+    assert_eq!(err.refusal(), Some(Refusal::TooLarge), "{err}");
     let fits = Bytes::from(vec![b'x'; 1000]);
     server
         .wire()

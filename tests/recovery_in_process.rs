@@ -17,6 +17,15 @@ fn app(mount: impl FnOnce(&mut Scope<()>)) -> impl ruststream::App {
         .with_broker(NatsBroker::new("nats://in-process.invalid:4222"), mount)
 }
 
+/// The app of `mount` started in process, and order `id` published to `orders.created`.
+async fn one_order(id: u64, mount: impl FnOnce(&mut Scope<()>)) -> TestApp {
+    let t = TestApp::start(app(mount)).await.expect("the app starts");
+    t.publish("orders.created", &serde_json::json!({ "id": id }))
+        .await
+        .expect("published");
+    t
+}
+
 fn slow_orders(handler: &Scripted) -> ruststream::WithHandler<JetStreamSubject, Scripted> {
     JetStreamSubject::new("orders.created", STREAM)
         .durable("slow")
@@ -27,18 +36,14 @@ fn slow_orders(handler: &Scripted) -> ruststream::WithHandler<JetStreamSubject, 
 #[tokio::test(start_paused = true)]
 async fn without_progress_a_handler_slower_than_ack_wait_is_delivered_again() {
     let handler = Scripted::always(HandlerOutcome::ack()).slow(Duration::from_secs(3));
-    let t = TestApp::start(app(|b| {
+    let t = one_order(1, |b| {
         b.include(slow_orders(&handler))
             .name("slow")
             .concurrency(NonZeroUsize::new(2).expect("2"));
-    }))
-    .await
-    .expect("the app starts");
-    t.publish("orders.created", &serde_json::json!({"id": 1}))
-        .await
-        .expect("published");
+    })
+    .await;
     t.advance(Duration::from_secs(5)).await;
-    let delivered: Vec<_> = handler.seen().iter().map(|s| s.delivered).collect();
+    let delivered = handler.delivered();
     assert!(delivered.len() >= 2, "delivered again: {delivered:?}");
     t.shutdown().await.expect("a clean shutdown");
 }
@@ -46,19 +51,15 @@ async fn without_progress_a_handler_slower_than_ack_wait_is_delivered_again() {
 #[tokio::test(start_paused = true)]
 async fn with_progress_a_handler_slower_than_ack_wait_is_delivered_once() {
     let handler = Scripted::always(HandlerOutcome::ack()).slow(Duration::from_secs(3));
-    let t = TestApp::start(app(|b| {
+    let t = one_order(1, |b| {
         b.include(slow_orders(&handler))
             .name("slow")
             .concurrency(NonZeroUsize::new(2).expect("2"))
             .progress_until(Duration::from_secs(10));
-    }))
-    .await
-    .expect("the app starts");
-    t.publish("orders.created", &serde_json::json!({"id": 1}))
-        .await
-        .expect("published");
+    })
+    .await;
     t.advance(Duration::from_secs(5)).await;
-    let delivered: Vec<_> = handler.seen().iter().map(|s| s.delivered).collect();
+    let delivered = handler.delivered();
     assert_eq!(delivered, [Some(1)]);
     let acks = t.nats().acknowledgements(STREAM, "slow");
     assert_eq!(acks.last().map(String::as_str), Some("+ACK"), "{acks:?}");
@@ -78,7 +79,7 @@ async fn a_hung_handler_past_its_timeout_is_a_retry() {
             Duration::ZERO
         }
     });
-    let t = TestApp::start(app(|b| {
+    let t = one_order(1, |b| {
         b.include(
             JetStreamSubject::new("orders.created", STREAM)
                 .durable("hangs")
@@ -86,14 +87,10 @@ async fn a_hung_handler_past_its_timeout_is_a_retry() {
         )
         .name("hangs")
         .handler_timeout(Duration::from_millis(500));
-    }))
-    .await
-    .expect("the app starts");
-    t.publish("orders.created", &serde_json::json!({"id": 1}))
-        .await
-        .expect("published");
+    })
+    .await;
     t.advance(Duration::from_secs(2)).await;
-    let delivered: Vec<_> = handler.seen().iter().map(|s| s.delivered).collect();
+    let delivered = handler.delivered();
     assert_eq!(delivered, [Some(1), Some(2)]);
     assert_eq!(t.nats().acknowledgements(STREAM, "hangs"), ["-NAK", "+ACK"]);
     t.shutdown().await.expect("a clean shutdown");
@@ -102,25 +99,9 @@ async fn a_hung_handler_past_its_timeout_is_a_retry() {
 #[tokio::test(start_paused = true)]
 async fn a_delivery_past_the_cap_is_dead_lettered_without_running_the_handler() {
     let handler = Scripted::always(HandlerOutcome::retry()).slow(Duration::from_secs(4));
-    let t = TestApp::start(app(|b| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("hung")
-                .ack_wait(millis(1_000))
-                .handler(handler.clone()),
-        )
-        .name("hung")
-        .max_attempts(attempts(2))
-        .concurrency(NonZeroUsize::new(4).expect("4"))
-        .dead_letter("orders.dead");
-    }))
-    .await
-    .expect("the app starts");
-    t.publish("orders.created", &serde_json::json!({"id": 7}))
-        .await
-        .expect("published");
+    let t = one_order(7, |b| mount_capped(b, &handler)).await;
     t.advance(Duration::from_secs(10)).await;
-    let delivered: Vec<_> = handler.seen().iter().map(|s| s.delivered).collect();
+    let delivered = handler.delivered();
     assert_eq!(delivered, [Some(1), Some(2)]);
     assert_eq!(t.dead_letters("orders.dead").len(), 1);
     let acks = t.nats().acknowledgements(STREAM, "hung");

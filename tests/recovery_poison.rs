@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -94,19 +93,7 @@ async fn a_delivery_past_the_cap_is_dead_lettered_without_running_the_handler() 
             Duration::ZERO
         }
     });
-    let running = start_on(&server, |b| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable("hung")
-                .ack_wait(millis(1_000))
-                .handler(handler.clone()),
-        )
-        .name("hung")
-        .max_attempts(attempts(2))
-        .concurrency(NonZeroUsize::new(4).expect("4"))
-        .dead_letter("orders.dead");
-    })
-    .await;
+    let running = start_on(&server, |b| mount_capped(b, &handler)).await;
     let seq = publish_stored(&js, "orders.created", order(7)).await;
 
     // Delivery 1 hangs, delivery 2 (at the cap) hangs too; delivery 3 is past the cap.
@@ -132,12 +119,12 @@ async fn a_delivery_past_the_cap_is_dead_lettered_without_running_the_handler() 
         acks.acks(STREAM, "hung")
     );
     // The handler ran on the first two deliveries only.
-    let delivered: Vec<_> = handler.seen().iter().map(|s| s.delivered).collect();
+    let delivered = handler.delivered();
     assert_eq!(delivered, [Some(1), Some(2)]);
     // The stop waits for the two hung handlers: their answers (a retry at the cap would be
     // another dead letter) are stale, and not sent.
     running.stop().await.expect("a clean stop");
-    let delivered: Vec<_> = handler.seen().iter().map(|s| s.delivered).collect();
+    let delivered = handler.delivered();
     assert_eq!(delivered, [Some(1), Some(2)], "never again");
     let dead = client::stream_messages(&js, STREAM)
         .await

@@ -31,7 +31,7 @@ async fn a_handler_slower_than_ack_wait_with_progress_is_delivered_once() {
     let seq = publish_stored(&js, "orders.created", order(1)).await;
     until_settled(&js, "slow", seq, "acknowledged").await;
 
-    let delivered: Vec<_> = handler.seen().iter().map(|s| s.delivered).collect();
+    let delivered = handler.delivered();
     assert_eq!(delivered, [Some(1)], "delivered once");
     let acks = acks.acks(STREAM, "slow");
     assert_eq!(acks.iter().filter(|a| *a == "+ACK").count(), 1, "{acks:?}");
@@ -68,7 +68,7 @@ async fn a_hung_handler_past_its_timeout_is_a_retry() {
     let seq = publish_stored(&js, "orders.created", order(1)).await;
     // Well before the 30 s ack_wait: the timeout sent -NAK, and the redelivery was acknowledged.
     until_settled(&js, "hangs", seq, "acknowledged on the second delivery").await;
-    let delivered: Vec<_> = handler.seen().iter().map(|s| s.delivered).collect();
+    let delivered = handler.delivered();
     assert_eq!(delivered, [Some(1), Some(2)]);
     assert_eq!(acks.acks(STREAM, "hangs"), ["-NAK", "+ACK"]);
     running.stop().await.expect("a clean stop");

@@ -12,26 +12,13 @@ mod support;
 
 use std::time::Instant;
 
-use ruststream_test_server::NatsServer;
-use ruststream_test_server::cluster::free_port;
 use support::scale::*;
 use tokio::task::block_in_place;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_share_a_durable_and_a_queue_group_and_one_is_killed_mid_run() {
-    println!("running against {}", NatsServer::version());
+    let (server, monitor, client, js, fulfilled) = orders_server().await;
     let n = message_count();
-    let monitor = free_port();
-    let server = NatsServer::builder()
-        .arg("-m")
-        .arg(monitor.to_string())
-        .start();
-    let client = async_nats::connect(server.url())
-        .await
-        .expect("the test connects");
-    let js = async_nats::jetstream::new(client.clone());
-    create_stream(&js, ORDERS, &[PLACED], 1).await;
-    let fulfilled = Tally::start(&client, FULFILLED).await;
     let notified = Tally::start(&client, NOTIFIED).await;
 
     let mut w1 = block_in_place(|| Worker::start(&server.url(), "w1"));

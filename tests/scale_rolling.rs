@@ -22,26 +22,14 @@ use ruststream::HandlerOutcome;
 use ruststream_nats::NatsBroker;
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::client::{Recorder, eventually};
-use ruststream_test_server::cluster::free_port;
 use support::nats::{Scripted, created, logs, order, start};
 use support::scale::*;
 use tokio::task::block_in_place;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_with_a_drain_loses_nothing_and_redelivers_only_what_it_released() {
-    println!("running against {}", NatsServer::version());
+    let (server, monitor, client, js, fulfilled) = orders_server().await;
     let n = message_count();
-    let monitor = free_port();
-    let server = NatsServer::builder()
-        .arg("-m")
-        .arg(monitor.to_string())
-        .start();
-    let client = async_nats::connect(server.url())
-        .await
-        .expect("the test connects");
-    let js = async_nats::jetstream::new(client.clone());
-    create_stream(&js, ORDERS, &[PLACED], 1).await;
-    let fulfilled = Tally::start(&client, FULFILLED).await;
     let wire = Recorder::start(&client, [format!("$JS.ACK.{ORDERS}.{FULFIL}.>")]).await;
 
     let url = server.url();

@@ -3,6 +3,9 @@
 //!
 //! This file only dispatches: each macro lives in its own module, which parses its input into a
 //! typed model, validates it with an error accumulator, and then generates code.
+//!
+//! The examples below are text: this crate cannot use the runtime its code names. The same code
+//! compiles in `docs/app.md`, a doc test of `ruststream-nats`.
 
 #![forbid(unsafe_code)]
 
@@ -19,7 +22,7 @@ mod subscriber;
 
 /// Turns an `async fn` into a handler that `b.include(..)` mounts.
 ///
-/// ```ignore
+/// ```text
 /// #[subscriber("payments.captured")]
 /// async fn refresh(captured: &Captured) -> HandlerOutcome {
 ///     HandlerOutcome::ack()
@@ -50,7 +53,7 @@ pub fn subscriber(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Writes a `main` for the function it marks: a command line with `run` (the default) and
 /// `describe`.
 ///
-/// ```ignore
+/// ```text
 /// #[ruststream::app]
 /// fn app() -> impl App<State = Clients> {
 ///     RustStream::new(AppInfo::new("payments", "0.1.0"))
@@ -68,7 +71,7 @@ pub fn app(args: TokenStream, item: TokenStream) -> TokenStream {
 
 /// Implements `Outgoing`: the type knows the subject it is published to.
 ///
-/// ```ignore
+/// ```text
 /// #[derive(Serialize, Outgoing)]
 /// #[outgoing(name = "payments.captured")]
 /// struct Captured {
@@ -83,7 +86,7 @@ pub fn outgoing(input: TokenStream) -> TokenStream {
 /// Implements `FromRef<State>` for the type of every field of the app state, so that a handler
 /// takes any field as `State<FieldType>`.
 ///
-/// ```ignore
+/// ```text
 /// #[derive(Clone, Default, FromRef)]
 /// struct Clients {
 ///     bank: Arc<Bank>,
@@ -99,7 +102,7 @@ pub fn from_ref(input: TokenStream) -> TokenStream {
 /// A `NonZero` integer from a literal, checked at compile time; its integer type comes from
 /// where it is used.
 ///
-/// ```ignore
+/// ```text
 /// let wait = NonZeroDuration::from_secs(nonzero!(60)); // NonZeroU64
 /// b.include(refresh).max_attempts(nonzero!(3)); // NonZeroU32
 /// ```

@@ -156,6 +156,11 @@ impl Scripted {
         self.seen.lock().expect("not poisoned").clone()
     }
 
+    /// The server's delivery count of each delivery the handler saw, in order.
+    pub fn delivered(&self) -> Vec<Option<u64>> {
+        self.seen().iter().map(|s| s.delivered).collect()
+    }
+
     /// Waits until the handler saw `n` deliveries, and returns them.
     pub async fn until_seen(&self, n: usize) -> Vec<Seen> {
         eventually(PATIENCE, &format!("{n} deliveries"), || async {
@@ -224,6 +229,21 @@ pub async fn start_on(
     start(ruststream_nats::NatsBroker::new(server.url()), mount)
         .await
         .expect("the app starts")
+}
+
+/// `handler` on durable `hung` of `orders.created` (ack_wait 1 s, two attempts, four at once,
+/// then `orders.dead`): the registration of the poison-message tests, in process and live.
+pub fn mount_capped(b: &mut ruststream::Scope<()>, handler: &Scripted) {
+    b.include(
+        JetStreamSubject::new("orders.created", STREAM)
+            .durable("hung")
+            .ack_wait(millis(1_000))
+            .handler(handler.clone()),
+    )
+    .name("hung")
+    .max_attempts(attempts(2))
+    .concurrency(std::num::NonZeroUsize::new(4).expect("4"))
+    .dead_letter("orders.dead");
 }
 
 /// Lets the runtime run for `d`: only to show that something does NOT happen.

@@ -10,13 +10,39 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt as _;
-use ruststream_test_server::cluster::{NatsCluster, monitor_json};
+use ruststream_test_server::NatsServer;
+use ruststream_test_server::cluster::{NatsCluster, free_port, monitor_json};
 use ruststream_test_server::service_process::ServiceProcess;
 
 /// How long a fail-over (a new leader, a reconnect, an ack_wait expiry) may take before a test
 /// fails instead of hanging.
 pub const FAILOVER: Duration = Duration::from_secs(45);
 const POLL: Duration = Duration::from_millis(50);
+
+/// A single nats-server (its version printed) and its monitoring port, the `ORDERS` stream of
+/// `orders_worker`, a client and JetStream over it, and the tally of fulfilled orders: where the
+/// `scale_*` runs of that example start.
+pub async fn orders_server() -> (
+    NatsServer,
+    u16,
+    async_nats::Client,
+    jetstream::Context,
+    Tally,
+) {
+    println!("running against {}", NatsServer::version());
+    let monitor = free_port();
+    let server = NatsServer::builder()
+        .arg("-m")
+        .arg(monitor.to_string())
+        .start();
+    let client = async_nats::connect(server.url())
+        .await
+        .expect("the client connects");
+    let js = jetstream::new(client.clone());
+    create_stream(&js, ORDERS, &[PLACED], 1).await;
+    let fulfilled = Tally::start(&client, FULFILLED).await;
+    (server, monitor, client, js, fulfilled)
+}
 
 /// A client of every node of `cluster`, and JetStream over it.
 pub async fn cluster_client(cluster: &NatsCluster) -> (async_nats::Client, jetstream::Context) {

@@ -195,9 +195,17 @@ fn bound(ty: &Type, trait_path: &TokenStream, args: &TokenStream) -> TokenStream
     quote!(#ty: #path #args)
 }
 
-/// `K: Key` for an extractor `Ctx<K>`, spanned over `Ctx<K>`.
+/// `for<'__k> K: Key` for an extractor `Ctx<K>`, spanned over `Ctx<K>`.
+///
+/// Higher-ranked (over a lifetime it does not use) so that it is not a bound without generic
+/// parameters: the compiler reports such a bound that does not hold at every item that states
+/// it (the impls, the function), besides the `include` that needs it. This one it assumes
+/// where it is stated, so a `K` that is no key is reported once, where the handler is mounted.
 fn key_bound(ty: &Type, key: &Type) -> TokenStream {
-    bound_over(ty, key, &quote!(::ruststream::Key), &TokenStream::new())
+    let (first, _) = first_last(ty);
+    let binder = quote_spanned!(first=> for<'__k>);
+    let bound = bound_over(ty, key, &quote!(::ruststream::Key), &TokenStream::new());
+    quote!(#binder #bound)
 }
 
 /// `T` of an extractor written `State<T>` (`wrapper` `"State"`) or `Ctx<T>` (`"Ctx"`).
@@ -338,18 +346,9 @@ fn check_call(function: TokenStream, ty: &Type, args: TokenStream) -> TokenStrea
 fn inner_fn(h: &Handler) -> TokenStream {
     let attrs = h.fn_attrs();
     let mut sig = h.item.sig.clone();
-    // `K: Key` for every `Ctx<K>` parameter: a `K` that is no key is reported once, here, instead
-    // of once for every place of the signature that needs `Ctx<K>` to be well-formed.
-    let keys: Vec<TokenStream> = sig
-        .inputs
-        .iter()
-        .filter_map(|input| match input {
-            syn::FnArg::Typed(typed) => {
-                argument_of(&typed.ty, "Ctx").map(|key| key_bound(&typed.ty, key))
-            }
-            syn::FnArg::Receiver(_) => None,
-        })
-        .collect();
+    // `K: Key` for every `Ctx<K>` parameter (see `key_bound`): `Ctx<K>` is well-formed in the
+    // signature and the body, and a `K` that is no key is reported once, at the `include`.
+    let keys = key_bounds(h);
     if !keys.is_empty() {
         let clause = sig.generics.make_where_clause();
         for key in keys {
@@ -361,6 +360,21 @@ fn inner_fn(h: &Handler) -> TokenStream {
         #(#attrs)*
         #sig #block
     }
+}
+
+/// `K: KeyIn<__S>` for every `Ctx<K>` parameter of the function.
+fn key_bounds(h: &Handler) -> Vec<TokenStream> {
+    h.item
+        .sig
+        .inputs
+        .iter()
+        .filter_map(|input| match input {
+            syn::FnArg::Typed(typed) => {
+                argument_of(&typed.ty, "Ctx").map(|key| key_bound(&typed.ty, key))
+            }
+            syn::FnArg::Receiver(_) => None,
+        })
+        .collect()
 }
 
 /// The handler value that carries the function's name, visibility and docs: a field-less struct

@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use ruststream::Headers;
+use ruststream::{BoxError, Headers};
 
 use ruststream::registration::DeliverPolicy;
 
@@ -41,17 +41,34 @@ pub struct RawMessage {
 
 /// What went wrong on the wire.
 ///
-/// Its `Display` is the message alone: the kind is for code to match on, not for people. The
-/// message is whole (it names the client's or the server's own words when there are any), so a
-/// `TransportError` is the last link of a chain: an error built on it keeps it as its
-/// `source()` and does not repeat its text.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
+/// One style with the runtime's errors (`ruststream::Error`): `Display` is the message (what was
+/// being done) and, after `: `, the immediate cause, the client's error, when there is one;
+/// [`source`](std::error::Error::source) continues the chain *after* that cause, so a report
+/// that walks the chain prints every layer once. The cause stays typed: [`TransportError::cause`]
+/// returns it (an `async_nats` error on a real server), to downcast. The kind (and, for a
+/// refusal, [`TransportError::refusal`]) is for code to branch on; neither is printed.
+#[derive(Debug)]
 pub struct TransportError {
     /// Broadly what.
     pub kind: TransportErrorKind,
-    /// For people.
+    /// For people: what was being done, and what went wrong when there is no cause to say it.
     pub message: String,
+    refusal: Option<Refusal>,
+    cause: Option<BoxError>,
+}
+
+/// Why a stream refused a stored publish ([`TransportErrorKind::Refused`]), the same on a real
+/// server and in the in-process NATS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The stream is at a limit (messages, bytes, per subject) and its policy is
+    /// `discard: new`, or it could not store the message.
+    StreamFull,
+    /// A `Nats-Expected-*` header did not hold (stream, last sequence, last message id).
+    Expectation,
+    /// The message is larger than the server (or the stream) accepts.
+    TooLarge,
 }
 
 /// Broadly what went wrong on the wire.
@@ -97,7 +114,62 @@ impl TransportError {
         Self {
             kind,
             message: message.into(),
+            refusal: None,
+            cause: None,
         }
+    }
+
+    /// A refusal of a stored publish ([`TransportErrorKind::Refused`]) for `why`.
+    pub fn refused(why: Refusal, message: impl Into<String>) -> Self {
+        Self {
+            refusal: Some(why),
+            ..Self::new(TransportErrorKind::Refused, message)
+        }
+    }
+
+    /// Attaches the client's error that caused this one (printed after the message).
+    pub fn with_cause(mut self, cause: impl Into<BoxError>) -> Self {
+        self.cause = Some(cause.into());
+        self
+    }
+
+    /// Why a stream refused the message, for a [`TransportErrorKind::Refused`] whose reason is
+    /// known.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.refusal
+    }
+
+    /// The client's error that caused this one, to downcast.
+    pub fn cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        self.cause.as_deref()
+    }
+}
+
+impl std::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(cause) = &self.cause {
+            write!(f, ": {cause}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The cause's own source: `Display` printed the cause already.
+///
+/// ```
+/// use std::error::Error as _;
+/// use ruststream_nats::transport::{TransportError, TransportErrorKind};
+///
+/// let err = TransportError::new(TransportErrorKind::Other, "flush failed")
+///     .with_cause(std::io::Error::other("connection reset"));
+/// assert_eq!(err.to_string(), "flush failed: connection reset");
+/// assert!(err.source().is_none(), "the cause is printed once");
+/// assert!(err.cause().is_some_and(|cause| cause.is::<std::io::Error>()));
+/// ```
+impl std::error::Error for TransportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_ref()?.source()
     }
 }
 

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use ruststream::Headers;
 
-use crate::transport::{TransportError, TransportErrorKind};
+use crate::transport::{Refusal, TransportError, TransportErrorKind};
 
 /// Refuses a subject the broker refuses (`crate::subject`, the one home of the rules);
 /// `wildcards` allows a pattern.
@@ -39,8 +39,8 @@ pub(super) fn check_payload(
     };
     let size = header_len + payload.len();
     if size > MAX_PAYLOAD {
-        return Err(TransportError::new(
-            TransportErrorKind::Refused,
+        return Err(TransportError::refused(
+            Refusal::TooLarge,
             format!(
                 "publishing to `{subject}` failed: the message is {size} bytes, more than the server's max_payload of {MAX_PAYLOAD} bytes"
             ),

@@ -304,7 +304,7 @@ impl Transport for InProcessNats {
                 if !state.has_subscriber(&subject) {
                     return Err(TransportError::new(
                         TransportErrorKind::NoResponders,
-                        format!("the request to `{subject}` failed: nobody listens on it"),
+                        format!("the request to `{subject}` failed (nobody listens on it)"),
                     ));
                 }
                 let inbox = state.new_inbox();
@@ -330,7 +330,7 @@ impl Transport for InProcessNats {
                 )),
                 Err(_) => Err(TransportError::new(
                     TransportErrorKind::TimedOut,
-                    format!("the request to `{subject}` failed: no response within {timeout:?}"),
+                    format!("the request to `{subject}` failed (no response within {timeout:?})"),
                 )),
             }
         })

@@ -20,13 +20,13 @@ impl NatsTransport {
             .jetstream
             .get_stream(&spec.stream)
             .await
-            .map_err(|err| get_stream_error(&spec.stream, &err))?;
+            .map_err(|err| get_stream_error(&spec.stream, err))?;
         let wanted = consumer_config(spec);
         let Some(durable) = &spec.durable else {
             return stream
                 .create_consumer(wanted)
                 .await
-                .map_err(|err| consumer_error(spec, &err));
+                .map_err(|err| consumer_error(spec, err));
         };
         let existing = match stream.consumer_info(durable).await {
             Ok(info) => Some(info),
@@ -39,10 +39,11 @@ impl NatsTransport {
                     return Err(TransportError::new(
                         TransportErrorKind::Other,
                         format!(
-                            "cannot read consumer `{durable}` of stream `{}`: {err}",
+                            "cannot read consumer `{durable}` of stream `{}`",
                             spec.stream
                         ),
-                    ));
+                    )
+                    .with_cause(err));
                 }
             },
         };
@@ -50,11 +51,11 @@ impl NatsTransport {
             return stream
                 .create_consumer(wanted)
                 .await
-                .map_err(|err| consumer_error(spec, &err));
+                .map_err(|err| consumer_error(spec, err));
         };
         check_immutable(spec, &existing.config)?;
         let current = consumer::pull::Config::try_from_consumer_config(existing.config)
-            .map_err(|err| consumer_error(spec, &*err))?;
+            .map_err(|err| consumer_error(spec, err))?;
         let mut updated = current.clone();
         updated.ack_wait = spec.ack_wait;
         if let Some(max) = spec.max_ack_pending {
@@ -64,7 +65,7 @@ impl NatsTransport {
             return stream
                 .get_consumer(durable)
                 .await
-                .map_err(|err| consumer_error(spec, &*err));
+                .map_err(|err| consumer_error(spec, err));
         }
         tracing::info!(
             stream = %spec.stream,
@@ -76,7 +77,7 @@ impl NatsTransport {
         stream
             .create_consumer(updated)
             .await
-            .map_err(|err| consumer_error(spec, &err))
+            .map_err(|err| consumer_error(spec, err))
     }
 
     /// Where a consumer opened again starts: at `start_sequence`, unless stream `spec.stream`
@@ -120,7 +121,7 @@ impl NatsTransport {
             .jetstream
             .get_stream(stream)
             .await
-            .map_err(|err| get_stream_error(stream, &err))?;
+            .map_err(|err| get_stream_error(stream, err))?;
         let existing = match handle.consumer_info(durable).await {
             Ok(info) => info,
             Err(err) => match err.kind() {
@@ -137,8 +138,9 @@ impl NatsTransport {
                 _ => {
                     return Err(TransportError::new(
                         TransportErrorKind::Other,
-                        format!("cannot read consumer `{durable}` of stream `{stream}`: {err}"),
-                    ));
+                        format!("cannot read consumer `{durable}` of stream `{stream}`"),
+                    )
+                    .with_cause(err));
                 }
             },
         };

@@ -14,14 +14,16 @@ pub fn to_header_map(headers: &Headers) -> Result<HeaderMap, TransportError> {
         let header = HeaderName::from_str(name).map_err(|err| {
             TransportError::new(
                 TransportErrorKind::Invalid,
-                format!("`{name}` is not a valid header name: {err}"),
+                format!("`{name}` is not a valid header name"),
             )
+            .with_cause(err)
         })?;
         let value = HeaderValue::from_str(value).map_err(|err| {
             TransportError::new(
                 TransportErrorKind::Invalid,
-                format!("the value of header `{name}` is not valid: {err}"),
+                format!("the value of header `{name}` is not valid"),
             )
+            .with_cause(err)
         })?;
         map.append(header, value);
     }

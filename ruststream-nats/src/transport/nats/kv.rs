@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
+use ruststream::BoxError;
 
 use super::NatsTransport;
 use crate::transport::{TransportError, TransportErrorKind};
@@ -11,23 +12,22 @@ use crate::transport::{TransportError, TransportErrorKind};
 impl NatsTransport {
     /// Sets the `max_age` of existing bucket `bucket` when it differs (the window changed).
     async fn kv_max_age(&self, bucket: &str, max_age: Duration) -> Result<(), TransportError> {
-        let failed = |err: &dyn std::fmt::Display| {
+        let failed = |err: BoxError| {
             TransportError::new(
                 TransportErrorKind::Other,
-                format!(
-                    "cannot set the max_age of key-value bucket `{bucket}` to {max_age:?}: {err}"
-                ),
+                format!("cannot set the max_age of key-value bucket `{bucket}` to {max_age:?}"),
             )
+            .with_cause(err)
         };
         let mut stream = self
             .jetstream
             .get_stream(format!("KV_{bucket}"))
             .await
-            .map_err(|err| failed(&err))?;
+            .map_err(|err| failed(err.into()))?;
         let mut config = stream
             .info()
             .await
-            .map_err(|err| failed(&err))?
+            .map_err(|err| failed(err.into()))?
             .config
             .clone();
         if config.max_age != max_age {
@@ -43,7 +43,7 @@ impl NatsTransport {
             self.jetstream
                 .update_stream(config)
                 .await
-                .map_err(|err| failed(&err))?;
+                .map_err(|err| failed(err.into()))?;
         }
         Ok(())
     }
@@ -73,8 +73,9 @@ impl NatsTransport {
                 let Some(max_age) = max_age else {
                     return Err(TransportError::new(
                         TransportErrorKind::Other,
-                        format!("cannot open key-value bucket `{bucket}`: {err}"),
-                    ));
+                        format!("cannot open key-value bucket `{bucket}`"),
+                    )
+                    .with_cause(err));
                 };
                 // The stream a key-value bucket is, as async-nats's `create_key_value` makes
                 // it, without its account query (whose answer 2.9 servers word differently).
@@ -96,15 +97,17 @@ impl NatsTransport {
                         TransportError::new(
                             TransportErrorKind::Other,
                             format!(
-                                "cannot create key-value bucket `{bucket}`: {err}; check that JetStream is enabled and the account may create streams"
+                                "cannot create key-value bucket `{bucket}` (check that JetStream is enabled and the account may create streams)"
                             ),
                         )
+                        .with_cause(err)
                     })?;
                 self.jetstream.get_key_value(bucket).await.map_err(|err| {
                     TransportError::new(
                         TransportErrorKind::Other,
-                        format!("cannot open key-value bucket `{bucket}`: {err}"),
+                        format!("cannot open key-value bucket `{bucket}`"),
                     )
+                    .with_cause(err)
                 })?
             }
         };

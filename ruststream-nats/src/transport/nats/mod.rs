@@ -36,14 +36,14 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use ruststream::Headers;
+use ruststream::{BoxError, Headers};
 
 use self::errors::{kv_error, stored_publish_error};
 pub use self::headers::{from_header_map, to_header_map};
 use self::pull::{Lookahead, Puller};
 use self::reading::{Pumped, raw, reading};
 use super::{
-    ConsumerSpec, KvEntry, RawMessage, StoredAck, StreamSpec, Subscription, Transport,
+    ConsumerSpec, KvEntry, RawMessage, Refusal, StoredAck, StreamSpec, Subscription, Transport,
     TransportError, TransportErrorKind,
 };
 use crate::events::{Events, subscription_id};
@@ -108,32 +108,33 @@ impl NatsTransport {
     /// (a `SUB`, say) was processed. A flush only says the bytes left the client. Unlike a
     /// request to nobody, this is not fooled by another client listening on `>`.
     async fn round_trip(&self) -> Result<(), TransportError> {
-        let failed = |what: &str, err: &dyn std::fmt::Display| {
+        let failed = |what: &str, err: BoxError| {
             TransportError::new(
                 TransportErrorKind::Other,
-                format!("the server did not confirm the subscription ({what}: {err})"),
+                format!("the server did not confirm the subscription ({what})"),
             )
+            .with_cause(err)
         };
         let subject = self.client.new_inbox();
         let mut echo = self
             .client
             .subscribe(subject.clone())
             .await
-            .map_err(|err| failed("subscribe", &err))?;
+            .map_err(|err| failed("subscribe", err.into()))?;
         self.client
             .publish(subject, bytes::Bytes::new())
             .await
-            .map_err(|err| failed("publish", &err))?;
+            .map_err(|err| failed("publish", err.into()))?;
         self.client
             .flush()
             .await
-            .map_err(|err| failed("flush", &err))?;
+            .map_err(|err| failed("flush", err.into()))?;
         let answered = tokio::time::timeout(ROUND_TRIP_TIMEOUT, echo.next()).await;
         let _ = echo.unsubscribe().await;
         match answered {
             Ok(Some(_)) => Ok(()),
-            Ok(None) => Err(failed("echo", &"the connection closed")),
-            Err(_) => Err(failed("echo", &"no answer in time")),
+            Ok(None) => Err(failed("echo", "the connection closed".into())),
+            Err(_) => Err(failed("echo", "no answer in time".into())),
         }
     }
 
@@ -151,9 +152,9 @@ impl NatsTransport {
             .jetstream
             .publish_with_headers(subject.to_string(), headers, payload)
             .await
-            .map_err(|err| stored_publish_error(&subject, &err))?
+            .map_err(|err| stored_publish_error(&subject, err))?
             .await
-            .map_err(|err| stored_publish_error(&subject, &err))?;
+            .map_err(|err| stored_publish_error(&subject, err))?;
         Ok(StoredAck {
             stream: ack.stream,
             sequence: ack.sequence,
@@ -182,16 +183,14 @@ impl Transport for NatsTransport {
                     .await
             };
             result.map_err(|err| {
-                let kind = match err.kind() {
-                    async_nats::client::PublishErrorKind::InvalidSubject => {
-                        TransportErrorKind::Invalid
-                    }
-                    async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
-                        TransportErrorKind::Refused
-                    }
-                    _ => TransportErrorKind::Other,
-                };
-                TransportError::new(kind, format!("publishing to `{subject}` failed: {err}"))
+                use async_nats::client::PublishErrorKind as K;
+                let message = format!("publishing to `{subject}` failed");
+                match err.kind() {
+                    K::InvalidSubject => TransportError::new(TransportErrorKind::Invalid, message),
+                    K::MaxPayloadExceeded => TransportError::refused(Refusal::TooLarge, message),
+                    _ => TransportError::new(TransportErrorKind::Other, message),
+                }
+                .with_cause(err)
             })
         })
     }
@@ -244,19 +243,18 @@ impl Transport for NatsTransport {
                 .await
                 .map_err(|err| {
                     use async_nats::client::RequestErrorKind as K;
-                    let (kind, what) = match err.kind() {
-                        K::NoResponders => (
-                            TransportErrorKind::NoResponders,
-                            "nobody listens on it".to_owned(),
-                        ),
-                        K::TimedOut => (
-                            TransportErrorKind::TimedOut,
-                            format!("no response within {timeout:?}"),
-                        ),
-                        K::InvalidSubject => (TransportErrorKind::Invalid, err.to_string()),
-                        _ => (TransportErrorKind::Other, err.to_string()),
+                    let (kind, why) = match err.kind() {
+                        K::NoResponders => {
+                            (TransportErrorKind::NoResponders, "nobody listens on it")
+                        }
+                        K::TimedOut => (TransportErrorKind::TimedOut, "no response in time"),
+                        K::InvalidSubject => {
+                            (TransportErrorKind::Invalid, "the subject is not valid")
+                        }
+                        _ => (TransportErrorKind::Other, "the client could not send it"),
                     };
-                    TransportError::new(kind, format!("the request to `{subject}` failed: {what}"))
+                    TransportError::new(kind, format!("the request to `{subject}` failed ({why})"))
+                        .with_cause(err)
                 })?;
             Ok(raw(response, None))
         })
@@ -265,7 +263,7 @@ impl Transport for NatsTransport {
     fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(async move {
             self.client.flush().await.map_err(|err| {
-                TransportError::new(TransportErrorKind::Other, format!("flush failed: {err}"))
+                TransportError::new(TransportErrorKind::Other, "flush failed").with_cause(err)
             })
         })
     }
@@ -291,15 +289,17 @@ impl Transport for NatsTransport {
                     }
                     _ => TransportErrorKind::Other,
                 };
-                TransportError::new(kind, format!("cannot subscribe to `{subject}`: {err}"))
+                TransportError::new(kind, format!("cannot subscribe to `{subject}`"))
+                    .with_cause(err)
             })?;
             // The subscription is registered on the server before this returns: a message
             // published afterwards, from any connection, reaches it.
             self.round_trip().await.map_err(|err| {
                 TransportError::new(
                     TransportErrorKind::Other,
-                    format!("cannot subscribe to `{subject}`: {err}"),
+                    format!("cannot subscribe to `{subject}`"),
                 )
+                .with_cause(err)
             })?;
             if let Some(events) = &self.events {
                 match subscription_id(&subscriber) {
@@ -364,8 +364,9 @@ impl Transport for NatsTransport {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(err)) => Err(TransportError::new(
                     TransportErrorKind::Other,
-                    format!("the server did not confirm the settlement on `{subject}`: {err}"),
-                )),
+                    format!("the server did not confirm the settlement on `{subject}`"),
+                )
+                .with_cause(err)),
                 Err(_) => Err(TransportError::new(
                     TransportErrorKind::Other,
                     format!(
@@ -415,7 +416,7 @@ impl Transport for NatsTransport {
             let entry = store
                 .entry(key.as_str())
                 .await
-                .map_err(|err| kv_error(&bucket, &key, "read", &err))?;
+                .map_err(|err| kv_error(&bucket, &key, "read", err))?;
             Ok(entry
                 .filter(|e| e.operation == jetstream::kv::Operation::Put)
                 .map(|e| {
@@ -444,7 +445,7 @@ impl Transport for NatsTransport {
             match store.create(key.as_str(), value).await {
                 Ok(revision) => Ok(Some(revision)),
                 Err(err) if err.kind() == jetstream::kv::CreateErrorKind::AlreadyExists => Ok(None),
-                Err(err) => Err(kv_error(&bucket, &key, "create", &err)),
+                Err(err) => Err(kv_error(&bucket, &key, "create", err)),
             }
         })
     }
@@ -463,7 +464,7 @@ impl Transport for NatsTransport {
                 Err(err) if err.kind() == jetstream::kv::UpdateErrorKind::WrongLastRevision => {
                     Ok(None)
                 }
-                Err(err) => Err(kv_error(&bucket, &key, "update", &err)),
+                Err(err) => Err(kv_error(&bucket, &key, "update", err)),
             }
         })
     }
@@ -474,7 +475,7 @@ impl Transport for NatsTransport {
             store
                 .delete(key.as_str())
                 .await
-                .map_err(|err| kv_error(&bucket, &key, "delete", &err))
+                .map_err(|err| kv_error(&bucket, &key, "delete", err))
         })
     }
 }

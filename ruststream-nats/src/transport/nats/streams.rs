@@ -3,6 +3,7 @@
 
 use async_nats::jetstream::{self, stream};
 use futures::StreamExt;
+use ruststream::BoxError;
 
 use super::NatsTransport;
 use super::errors::{get_stream_error, is_stream_not_found};
@@ -11,16 +12,14 @@ use crate::transport::{StreamSpec, TransportError, TransportErrorKind};
 impl NatsTransport {
     /// Every stream and the subjects it stores.
     pub(super) async fn list_streams(&self) -> Result<Vec<StreamSpec>, TransportError> {
-        let failed = |err: &dyn std::fmt::Display| {
-            TransportError::new(
-                TransportErrorKind::Other,
-                format!("cannot list the streams: {err}"),
-            )
+        let failed = |err: BoxError| {
+            TransportError::new(TransportErrorKind::Other, "cannot list the streams")
+                .with_cause(err)
         };
         let mut listed = self.jetstream.streams();
         let mut streams = Vec::new();
         while let Some(info) = listed.next().await {
-            let info = info.map_err(|err| failed(&err))?;
+            let info = info.map_err(|err| failed(err.into()))?;
             streams.push(StreamSpec {
                 name: info.config.name,
                 subjects: info.config.subjects,
@@ -34,7 +33,7 @@ impl NatsTransport {
         match self.jetstream.get_stream(name).await {
             Ok(_) => Ok(true),
             Err(err) if is_stream_not_found(&err) => Ok(false),
-            Err(err) => Err(get_stream_error(name, &err)),
+            Err(err) => Err(get_stream_error(name, err)),
         }
     }
 
@@ -46,19 +45,21 @@ impl NatsTransport {
                 jetstream::context::GetStreamByNameErrorKind::NotFound => Ok(None),
                 _ => Err(TransportError::new(
                     TransportErrorKind::Other,
-                    format!("cannot ask which stream stores `{subject}`: {err}"),
-                )),
+                    format!("cannot ask which stream stores `{subject}`"),
+                )
+                .with_cause(err)),
             },
         }
     }
 
     /// Creates stream `spec`, or updates its subjects.
     pub(super) async fn declare(&self, spec: StreamSpec) -> Result<(), TransportError> {
-        let declare_error = |err: &dyn std::fmt::Display| {
+        let declare_error = |err: BoxError| {
             TransportError::new(
                 TransportErrorKind::Other,
-                format!("cannot declare stream `{}`: {err}", spec.name),
+                format!("cannot declare stream `{}`", spec.name),
             )
+            .with_cause(err)
         };
         match self.jetstream.get_stream(&spec.name).await {
             Ok(existing) => {
@@ -75,7 +76,7 @@ impl NatsTransport {
                 self.jetstream
                     .update_stream(&config)
                     .await
-                    .map_err(|err| declare_error(&err))?;
+                    .map_err(|err| declare_error(err.into()))?;
                 Ok(())
             }
             Err(err) if is_stream_not_found(&err) => {
@@ -87,10 +88,10 @@ impl NatsTransport {
                         ..Default::default()
                     })
                     .await
-                    .map_err(|err| declare_error(&err))?;
+                    .map_err(|err| declare_error(err.into()))?;
                 Ok(())
             }
-            Err(err) => Err(declare_error(&err)),
+            Err(err) => Err(declare_error(err.into())),
         }
     }
 }

@@ -12,7 +12,9 @@ use super::consumer::Consumer;
 use super::{State, Stored};
 use crate::subject::{matches, overlaps};
 use crate::transport::in_process::facts::{StoredMessage, StreamLimits};
-use crate::transport::{RawMessage, StoredAck, StreamSpec, TransportError, TransportErrorKind};
+use crate::transport::{
+    RawMessage, Refusal, StoredAck, StreamSpec, TransportError, TransportErrorKind,
+};
 
 /// The header a stream deduplicates on.
 const MSG_ID: &str = "Nats-Msg-Id";
@@ -36,8 +38,8 @@ pub(in crate::transport::in_process) enum Storing {
     Stored(String, u64),
     /// Dropped: the stream stored a message with the same id within its duplicate window.
     Duplicate(String, u64),
-    /// Refused, and why (the server's words).
-    Refused(String, String),
+    /// Refused by the stream named, for the reason given (and the server's words for it).
+    Refused(String, Refusal, String),
     /// No stream stores the subject.
     Nowhere,
 }
@@ -128,9 +130,9 @@ impl State {
                         duplicate: true,
                     });
                 }
-                Storing::Refused(stream, why) => {
-                    return Err(TransportError::new(
-                        TransportErrorKind::Refused,
+                Storing::Refused(stream, refusal, why) => {
+                    return Err(TransportError::refused(
+                        refusal,
                         format!("stored publish to `{subject}` failed: stream `{stream}`: {why}"),
                     ));
                 }
@@ -186,13 +188,17 @@ impl State {
             return Storing::Duplicate(name, *seq);
         }
         if let Some(why) = stream.expectation_failed(&name, message) {
-            return Storing::Refused(name, why);
+            return Storing::Refused(name, Refusal::Expectation, why);
         }
         if let Some(max) = stream.limits.max_msgs
             && u64::try_from(stream.messages.len()).unwrap_or(u64::MAX) >= max
         {
             if stream.limits.discard_new {
-                return Storing::Refused(name, "maximum messages exceeded".to_owned());
+                return Storing::Refused(
+                    name,
+                    Refusal::StreamFull,
+                    "maximum messages exceeded".to_owned(),
+                );
             }
             stream.messages.pop_first();
         }
