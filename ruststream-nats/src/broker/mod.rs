@@ -293,12 +293,9 @@ impl Broker for NatsBroker {
                 transport
                     .declare_stream(spec.clone())
                     .await
+                    // The transport's error names the stream and what went wrong.
                     .map_err(|err| {
-                        Error::new(
-                            ErrorKind::Broker,
-                            format!("cannot declare stream `{}`", spec.name),
-                        )
-                        .with_source(err)
+                        Error::new(ErrorKind::Broker, "cannot start the broker").with_source(err)
                     })?;
             }
             check_streams(&*transport, &endpoints).await?;
