@@ -7,6 +7,7 @@
 //! | --- | --- |
 //! | `descriptor.rs` | [`Descriptor`], [`DescriptorInfo`], [`PrefixedSubject`], subject prefixes |
 //! | `policy.rs` | [`Policy`], [`OnFailure`] |
+//! | `lane_key.rs` | [`LaneKey`]: the key of `.by_key(..)`'s ordering lanes |
 //! | `info.rs` | [`RegistrationInfo`] (what `describe` and the startup checks read) |
 //! | `schemas.rs` | [`Schemas`]: the payload's type and declared JSON Schemas |
 //! | `builder.rs` | [`Registration`] and its chain (`.max_attempts(..)`, `.dead_letter(..)`, ..) |
@@ -14,7 +15,7 @@
 //! | `endpoint.rs` | [`Endpoint`]: a registration bound to the app state, as a broker runs it |
 //! | `mount.rs` | [`Mount`], [`WithHandler`]: what `b.include(..)` takes |
 //!
-//! Dependencies run one way: `descriptor`, `policy`, `schemas` ← `info` ← `builder` ← `call`,
+//! Dependencies run one way: `descriptor`, `lane_key` ← `policy`, `schemas` ← `info` ← `builder` ← `call`,
 //! `endpoint`, `mount`.
 
 mod builder;
@@ -22,6 +23,7 @@ mod call;
 mod descriptor;
 mod endpoint;
 mod info;
+mod lane_key;
 mod mount;
 mod policy;
 mod schemas;
@@ -30,6 +32,7 @@ pub use self::builder::Registration;
 pub use self::descriptor::{DeliverPolicy, Descriptor, DescriptorInfo, PrefixedSubject};
 pub use self::endpoint::Endpoint;
 pub use self::info::{RegistrationInfo, policy_notes};
+pub use self::lane_key::LaneKey;
 pub use self::mount::{BatchMarker, Mount, SingleMarker, WithHandler};
 pub use self::policy::{OnFailure, Policy};
 pub use self::schemas::{SchemaFn, Schemas, schema_of};

@@ -1,0 +1,279 @@
+//! Ordering lanes (`.concurrency(16).by_key(..)`), run with the same bodies on `TestApp` (NATS in
+//! process, paused clock) and on a real nats-server: the messages of one key are handled one at
+//! a time in the order they were published, different keys at once, and a `retry()` runs again
+//! in its place, before the next message of its key, without going back to the server (which
+//! saw one `+ACK` per message and nothing else). Also: what the startup checks refuse, and what
+//! `describe` shows.
+
+mod support;
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ruststream::{
+    App, AppInfo, BatchContext, BatchOutcome, Context, Handle, HandleBatch, HandlerOutcome,
+    RustStream,
+};
+use ruststream_nats::testing::ConsumerFacts;
+use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker};
+use serde::{Deserialize, Serialize};
+use support::fidelity::app::AppWire;
+
+const STREAM: &str = "PAYMENTS";
+const ACCOUNTS: u32 = 40;
+const PER_ACCOUNT: u32 = 25;
+const TOTAL: u64 = (ACCOUNTS * PER_ACCOUNT) as u64;
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Payment {
+    account: u32,
+    seq: u32,
+}
+
+impl Payment {
+    /// Every 7th payment asks for a retry on its first attempt.
+    fn retried(self) -> bool {
+        (self.account * PER_ACCOUNT + self.seq).is_multiple_of(7)
+    }
+}
+
+/// What the handler saw: each call's (account, seq, attempt) in the order the calls started,
+/// the calls in flight (most of them at once, overall), and any call that started while
+/// another of its account ran.
+#[derive(Clone, Default)]
+struct Ledger {
+    calls: Arc<Mutex<Vec<(u32, u32, u32)>>>,
+    busy: Arc<Mutex<HashMap<u32, bool>>>,
+    overlaps: Arc<AtomicUsize>,
+    in_flight: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+impl Ledger {
+    fn calls(&self) -> Vec<(u32, u32, u32)> {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+struct Post(Ledger);
+
+impl Handle<Payment> for Post {
+    async fn handle(
+        &self,
+        payment: &Payment,
+        _outs: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let ledger = &self.0;
+        let attempt = ctx.attempt().get();
+        {
+            let mut busy = ledger.busy.lock().unwrap_or_else(PoisonError::into_inner);
+            if std::mem::replace(busy.entry(payment.account).or_default(), true) {
+                ledger.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            ledger
+                .calls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((payment.account, payment.seq, attempt));
+        }
+        let now = ledger.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        ledger.most.fetch_max(now, Ordering::SeqCst);
+        // Some I/O: the other lanes run meanwhile.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        ledger.in_flight.fetch_sub(1, Ordering::SeqCst);
+        ledger
+            .busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(payment.account, false);
+        if attempt == 1 && payment.retried() {
+            return Err(HandlerOutcome::retry());
+        }
+        Ok(())
+    }
+}
+
+fn sixteen() -> NonZeroUsize {
+    NonZeroUsize::new(16).unwrap_or(NonZeroUsize::MIN)
+}
+
+fn ledger_app(ledger: &Ledger, url: &str) -> impl App + use<> {
+    let ledger = ledger.clone();
+    RustStream::new(AppInfo::new("ledger", "0.1.0")).with_broker(NatsBroker::new(url), |b| {
+        b.include(
+            JetStreamSubject::new("payments.posted", STREAM)
+                .durable("ledger")
+                .handler(Post(ledger.clone())),
+        )
+        .name("ledger")
+        .concurrency(sixteen())
+        .by_key(|payment: &Payment| payment.account);
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_process_each_account_is_posted_in_order_with_retries_in_place() {
+    let ledger = Ledger::default();
+    let wire = AppWire::in_process(|url| ledger_app(&ledger, url)).await;
+    each_account_is_posted_in_order_with_retries_in_place(&wire, &ledger).await;
+    wire.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_each_account_is_posted_in_order_with_retries_in_place() {
+    let ledger = Ledger::default();
+    let wire = AppWire::live(|url| ledger_app(&ledger, url)).await;
+    each_account_is_posted_in_order_with_retries_in_place(&wire, &ledger).await;
+    wire.shutdown().await;
+}
+
+async fn each_account_is_posted_in_order_with_retries_in_place(wire: &AppWire, ledger: &Ledger) {
+    // Interleaved: seq 0 of every account, then seq 1 of every account, ...
+    for seq in 0..PER_ACCOUNT {
+        for account in 0..ACCOUNTS {
+            wire.publish("payments.posted", &Payment { account, seq })
+                .await;
+        }
+    }
+    let acked = |w: &AppWire| {
+        w.acks(STREAM, "ledger")
+            .iter()
+            .filter(|a| *a == "+ACK")
+            .count() as u64
+    };
+    wire.wait_until(|w| acked(w) >= TOTAL).await;
+    wire.quiet().await;
+
+    let calls = ledger.calls();
+    let retried = (0..ACCOUNTS)
+        .flat_map(|account| (0..PER_ACCOUNT).map(move |seq| Payment { account, seq }))
+        .filter(|p| p.retried())
+        .count();
+    assert_eq!(
+        calls.len() as u64,
+        TOTAL + retried as u64,
+        "each retried once"
+    );
+    for account in 0..ACCOUNTS {
+        // Each payment in publishing order; a retried one twice in a row (attempts 1, 2).
+        let expected: Vec<(u32, u32)> = (0..PER_ACCOUNT)
+            .flat_map(|seq| {
+                let p = Payment { account, seq };
+                if p.retried() {
+                    vec![(seq, 1), (seq, 2)]
+                } else {
+                    vec![(seq, 1)]
+                }
+            })
+            .collect();
+        let handled: Vec<(u32, u32)> = calls
+            .iter()
+            .filter(|(a, _, _)| *a == account)
+            .map(|&(_, seq, attempt)| (seq, attempt))
+            .collect();
+        assert_eq!(handled, expected, "account {account}, in publishing order");
+    }
+    assert_eq!(
+        ledger.overlaps.load(Ordering::SeqCst),
+        0,
+        "never two payments of one account at once"
+    );
+    let most = ledger.most.load(Ordering::SeqCst);
+    println!("at most {most} payments posted at once");
+    assert!(most > 1, "different accounts ran in parallel");
+    assert!(most <= 16, "never more than the concurrency: {most}");
+
+    // The server saw one `+ACK` per message, and a `+WPI` (its `ack_wait` starts again) before
+    // each retry in place: no `-NAK`, the retries never went back to it, and nothing was
+    // delivered twice.
+    let acks = wire.acks(STREAM, "ledger");
+    let count = |wire: &str| acks.iter().filter(|a| *a == wire).count();
+    assert_eq!(
+        (count("+ACK") as u64, count("+WPI"), acks.len()),
+        (TOTAL, retried, TOTAL as usize + retried),
+        "one +ACK per message, one +WPI per retry, nothing else"
+    );
+    assert_eq!(
+        wire.consumer_info(STREAM, "ledger").await,
+        ConsumerFacts::new(TOTAL, TOTAL, 0, 0, 0),
+        "each delivered once, all acknowledged"
+    );
+}
+
+/// A batch handler, for the startup check.
+struct Batched;
+
+impl HandleBatch<Payment> for Batched {
+    async fn handle_batch(
+        &self,
+        payments: &[Payment],
+        _outs: &(),
+        _ctx: &mut BatchContext<'_>,
+    ) -> BatchOutcome {
+        vec![HandlerOutcome::ack(); payments.len()].into()
+    }
+}
+
+/// The startup error of an app with the one registration `mount` makes.
+async fn refused(mount: impl FnOnce(&mut ruststream::Scope<()>)) -> String {
+    // Nothing listens there: the checks run before anything connects.
+    let app = RustStream::new(AppInfo::new("ledger", "0.1.0"))
+        .with_broker(NatsBroker::new("nats://127.0.0.1:1"), mount);
+    match app.start(ruststream::Env::new()).await {
+        Ok(_) => panic!("the app started"),
+        Err(err) => err.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn lanes_are_refused_where_they_cannot_keep_the_order() {
+    let ledger = Ledger::default();
+    let one = refused(|b| {
+        b.include(
+            JetStreamSubject::new("payments.posted", STREAM)
+                .durable("ledger")
+                .handler(Post(ledger.clone())),
+        )
+        .by_key(|payment: &Payment| payment.account);
+    })
+    .await;
+    assert!(one.contains("concurrency is 1"), "{one}");
+
+    let batch = refused(|b| {
+        b.include(
+            JetStreamSubject::new("payments.posted", STREAM)
+                .durable("ledger")
+                .batch(ruststream::nonzero!(10))
+                .handler(Batched),
+        )
+        .concurrency(sixteen())
+        .by_key_header("account");
+    })
+    .await;
+    assert!(batch.contains("batch handler"), "{batch}");
+
+    let core = refused(|b| {
+        b.include(CoreSubject::new("payments.posted").handler(Post(ledger.clone())))
+            .concurrency(sixteen())
+            .by_key(|payment: &Payment| payment.account);
+    })
+    .await;
+    assert!(core.contains("JetStream only"), "{core}");
+}
+
+#[test]
+fn describe_shows_the_lane_key() {
+    let app = ledger_app(&Ledger::default(), "nats://127.0.0.1:1");
+    let table = ruststream::app::cli::describe(&app);
+    assert!(table.contains("16 by key (payload)"), "{table}");
+    let json = ruststream::app::cli::describe_json(&app);
+    assert_eq!(json["registrations"][0]["lane_key"], "payload");
+    assert_eq!(json["registrations"][0]["concurrency"], 16);
+}
