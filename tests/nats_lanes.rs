@@ -277,3 +277,225 @@ fn describe_shows_the_lane_key() {
     assert_eq!(json["registrations"][0]["lane_key"], "payload");
     assert_eq!(json["registrations"][0]["concurrency"], 16);
 }
+
+/// A step of account `account` (the `account` header): its handler fails its first `fails`
+/// attempts (a `retry_after(delay_ms)`, or `retry()` without a delay), and a held step waits for
+/// the test's pass first.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+struct Step {
+    seq: u32,
+    fails: u32,
+    delay_ms: u64,
+    held: bool,
+}
+
+/// What the steps' handler saw, each call's (seq, attempt) in order, and the pass held steps wait
+/// for.
+#[derive(Clone)]
+struct Steps {
+    calls: Arc<Mutex<Vec<(u32, u32)>>>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Steps {
+    fn default() -> Self {
+        Self {
+            calls: Arc::default(),
+            gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        }
+    }
+}
+
+impl Steps {
+    fn calls(&self) -> Vec<(u32, u32)> {
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Handle<Step> for Steps {
+    async fn handle(
+        &self,
+        step: &Step,
+        _outs: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let attempt = ctx.attempt().get();
+        self.calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((step.seq, attempt));
+        if step.held {
+            self.gate
+                .acquire()
+                .await
+                .map_err(|_| HandlerOutcome::retry())?
+                .forget();
+        }
+        if attempt <= step.fails {
+            return Err(match step.delay_ms {
+                0 => HandlerOutcome::retry(),
+                ms => HandlerOutcome::retry_after(Duration::from_millis(ms)),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn steps_app(steps: &Steps, url: &str) -> impl App + use<> {
+    let steps = steps.clone();
+    let ack_wait = ruststream::NonZeroDuration::new(support::fidelity::ACK_WAIT)
+        .unwrap_or_else(|| unreachable!());
+    RustStream::new(AppInfo::new("steps", "0.1.0")).with_broker(NatsBroker::new(url), |b| {
+        b.include(
+            JetStreamSubject::new("steps.run", "STEPS")
+                .durable("steps")
+                .ack_wait(ack_wait)
+                .handler(steps.clone()),
+        )
+        .name("steps")
+        .concurrency(NonZeroUsize::new(4).unwrap_or(NonZeroUsize::MIN))
+        .max_attempts(ruststream::nonzero!(3))
+        .dead_letter("steps.dead")
+        .by_key_header("account");
+    })
+}
+
+async fn publish_step(wire: &AppWire, account: Option<&str>, step: Step) {
+    let headers: ruststream::Headers = account.map(|a| ("account", a)).into_iter().collect();
+    let payload = serde_json::to_vec(&step).unwrap_or_default();
+    wire.publish_raw("steps.run", headers, payload).await;
+}
+
+fn count(acks: &[String], wire: &str) -> usize {
+    acks.iter().filter(|a| *a == wire).count()
+}
+
+/// A step that always fails is retried in place up to the cap and dead-lettered; the next step
+/// of its account runs only then. A `retry_after` longer than `ack_wait` waits in place, kept
+/// alive with `+WPI`, and so is the step waiting behind it (1.5 s, past its `ack_wait` too): the
+/// server delivers neither again. A step without the header runs on its own.
+async fn retries_run_in_place_up_to_the_cap(wire: &AppWire, steps: &Steps) {
+    let spent = Step {
+        seq: 0,
+        fails: 9,
+        ..Step::default()
+    };
+    let slow = Step {
+        seq: 1,
+        fails: 1,
+        delay_ms: 1_500,
+        ..Step::default()
+    };
+    publish_step(wire, Some("a"), spent).await;
+    publish_step(wire, Some("a"), slow).await;
+    publish_step(
+        wire,
+        Some("a"),
+        Step {
+            seq: 2,
+            ..Step::default()
+        },
+    )
+    .await;
+    publish_step(
+        wire,
+        None,
+        Step {
+            seq: 9,
+            ..Step::default()
+        },
+    )
+    .await;
+    let settled = |w: &AppWire| {
+        let acks = w.acks("STEPS", "steps");
+        count(&acks, "+ACK") + count(&acks, "+TERM")
+    };
+    wire.wait_until(|w| settled(w) >= 4).await;
+    wire.quiet().await;
+
+    let of_a: Vec<(u32, u32)> = steps.calls().into_iter().filter(|c| c.0 != 9).collect();
+    assert_eq!(
+        of_a,
+        [(0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (2, 1)],
+        "in order, each retry in place, up to the cap"
+    );
+    assert!(
+        steps.calls().contains(&(9, 1)),
+        "the step without a key ran"
+    );
+    let dead: Vec<Step> = wire.published("steps.dead");
+    assert_eq!(dead.len(), 1, "the spent step was dead-lettered");
+    assert_eq!(dead[0].seq, 0);
+    let acks = wire.acks("STEPS", "steps");
+    assert_eq!(count(&acks, "-NAK"), 0, "no retry went back: {acks:?}");
+    assert!(
+        count(&acks, "+WPI") > 3,
+        "a +WPI before each retry, and while the 1.5 s delay ran: {acks:?}"
+    );
+    assert_eq!(
+        wire.consumer_info("STEPS", "steps").await,
+        ConsumerFacts::new(4, 4, 0, 0, 0),
+        "each delivered once (the 1.5 s wait outlived the 1 s ack_wait), all settled"
+    );
+}
+
+/// On stop, the steps waiting behind a running one are given back to the server (`-NAK`) at
+/// once, unstarted; the running one finishes and is acknowledged.
+async fn a_stop_releases_what_waits_in_a_lane(wire: &AppWire, steps: &Steps) {
+    let held = Step {
+        held: true,
+        ..Step::default()
+    };
+    for seq in 0..3 {
+        publish_step(wire, Some("b"), Step { seq, ..held }).await;
+    }
+    wire.wait_until(|_| steps.calls() == [(0, 1)]).await;
+    let released = async {
+        wire.wait_until(|w| count(&w.acks("STEPS", "steps"), "-NAK") == 2)
+            .await;
+        steps.gate.add_permits(1);
+    };
+    tokio::join!(wire.shutdown(), released);
+    wire.wait_until(|w| count(&w.acks("STEPS", "steps"), "+ACK") == 1)
+        .await;
+    assert_eq!(steps.calls(), [(0, 1)], "the waiting steps never started");
+    let acks = wire.acks("STEPS", "steps");
+    assert_eq!(
+        (count(&acks, "+ACK"), count(&acks, "-NAK")),
+        (1, 2),
+        "{acks:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_process_retries_run_in_place_up_to_the_cap() {
+    let steps = Steps::default();
+    let wire = AppWire::in_process(|url| steps_app(&steps, url)).await;
+    retries_run_in_place_up_to_the_cap(&wire, &steps).await;
+    wire.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_retries_run_in_place_up_to_the_cap() {
+    let steps = Steps::default();
+    let wire = AppWire::live(|url| steps_app(&steps, url)).await;
+    retries_run_in_place_up_to_the_cap(&wire, &steps).await;
+    wire.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_process_a_stop_releases_what_waits_in_a_lane() {
+    let steps = Steps::default();
+    let wire = AppWire::in_process(|url| steps_app(&steps, url)).await;
+    a_stop_releases_what_waits_in_a_lane(&wire, &steps).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_a_stop_releases_what_waits_in_a_lane() {
+    let steps = Steps::default();
+    let wire = AppWire::live(|url| steps_app(&steps, url)).await;
+    a_stop_releases_what_waits_in_a_lane(&wire, &steps).await;
+}

@@ -16,8 +16,10 @@
 //! the same way. A delivery without a key (its payload does not decode, its header is missing)
 //! is a lane of its own, logged.
 //!
-//! On stop the deliveries waiting behind a head are released (`-NAK`) at once, like the ones
-//! pulled and never started; a head finishes (a retry is then given back to the server).
+//! On stop a head finishes (a retry is then given back to the server) and no lane starts its
+//! next delivery: what waits behind a head is released (`-NAK`) like the deliveries pulled and
+//! never started, once the subscription stopped (released before, a delivery would come
+//! straight back to a pull request of ours still waiting on the server).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -170,22 +172,23 @@ impl Lanes {
                 let mut head = head;
                 loop {
                     shared.run(head).await;
-                    head = loop {
-                        let next = shared.lock().next(&key);
-                        match next {
-                            // Stopping: what waited is given back, not started.
-                            Some(next) if shared.stopping() => shared.release(next).await,
-                            Some(next) => break next,
-                            None => return,
-                        }
-                    };
+                    // Stopping: what waits is given back once the subscription stopped
+                    // (`release_waiting`), not started.
+                    if shared.stopping() {
+                        return;
+                    }
+                    let next = shared.lock().next(&key);
+                    match next {
+                        Some(next) => head = next,
+                        None => return,
+                    }
                 }
             });
         }
     }
 
-    /// Stopping: gives every delivery that waits behind a head back to the server (`-NAK`);
-    /// the heads finish.
+    /// Stopping, once the subscription stopped: gives every delivery that waits behind a head
+    /// back to the server (`-NAK`); the heads finish.
     pub(super) async fn release_waiting(&self) {
         let waiting = self.shared.lock().take_waiting();
         for taken in waiting {

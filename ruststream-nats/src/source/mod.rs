@@ -195,9 +195,6 @@ impl Source {
             }
         };
 
-        if let Some(lanes) = &lanes {
-            lanes.release_waiting().await;
-        }
         if !ended {
             if tokio::time::timeout_at(deadline, self.unsubscribe.stop())
                 .await
@@ -209,6 +206,9 @@ impl Source {
                 );
             }
             self.leftovers(model, &permits, &mut tasks, deadline).await;
+        }
+        if let Some(lanes) = &lanes {
+            lanes.release_waiting().await;
         }
 
         let registration = self.endpoint.name();
