@@ -118,21 +118,37 @@ fn ledger_app(ledger: &Ledger, url: &str) -> impl App + use<> {
     })
 }
 
-#[tokio::test(start_paused = true)]
-async fn in_process_each_account_is_posted_in_order_with_retries_in_place() {
-    let ledger = Ledger::default();
-    let wire = AppWire::in_process(|url| ledger_app(&ledger, url)).await;
-    each_account_is_posted_in_order_with_retries_in_place(&wire, &ledger).await;
-    wire.shutdown().await;
+/// Runs scenario `$body` on the app `$app` makes, in process (paused clock) and on a real
+/// nats-server; the scenario stops the app.
+macro_rules! in_process_and_live {
+    ($body:ident, $state:ty, $app:ident) => {
+        mod $body {
+            use super::*;
+
+            #[tokio::test(start_paused = true)]
+            async fn in_process() {
+                let state = <$state>::default();
+                let wire = AppWire::in_process(|url| $app(&state, url)).await;
+                super::$body(&wire, &state).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn live() {
+                let state = <$state>::default();
+                let wire = AppWire::live(|url| $app(&state, url)).await;
+                super::$body(&wire, &state).await;
+            }
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn live_each_account_is_posted_in_order_with_retries_in_place() {
-    let ledger = Ledger::default();
-    let wire = AppWire::live(|url| ledger_app(&ledger, url)).await;
-    each_account_is_posted_in_order_with_retries_in_place(&wire, &ledger).await;
-    wire.shutdown().await;
-}
+in_process_and_live!(
+    each_account_is_posted_in_order_with_retries_in_place,
+    Ledger,
+    ledger_app
+);
+in_process_and_live!(retries_run_in_place_up_to_the_cap, Steps, steps_app);
+in_process_and_live!(a_stop_releases_what_waits_in_a_lane, Steps, steps_app);
 
 async fn each_account_is_posted_in_order_with_retries_in_place(wire: &AppWire, ledger: &Ledger) {
     // Interleaved: seq 0 of every account, then seq 1 of every account, ...
@@ -205,6 +221,7 @@ async fn each_account_is_posted_in_order_with_retries_in_place(wire: &AppWire, l
         ConsumerFacts::new(TOTAL, TOTAL, 0, 0, 0),
         "each delivered once, all acknowledged"
     );
+    wire.shutdown().await;
 }
 
 /// A batch handler, for the startup check.
@@ -440,6 +457,7 @@ async fn retries_run_in_place_up_to_the_cap(wire: &AppWire, steps: &Steps) {
         ConsumerFacts::new(4, 4, 0, 0, 0),
         "each delivered once (the 1.5 s wait outlived the 1 s ack_wait), all settled"
     );
+    wire.shutdown().await;
 }
 
 /// On stop, the steps waiting behind a running one are given back to the server (`-NAK`) at
@@ -468,34 +486,4 @@ async fn a_stop_releases_what_waits_in_a_lane(wire: &AppWire, steps: &Steps) {
         (1, 2),
         "{acks:?}"
     );
-}
-
-#[tokio::test(start_paused = true)]
-async fn in_process_retries_run_in_place_up_to_the_cap() {
-    let steps = Steps::default();
-    let wire = AppWire::in_process(|url| steps_app(&steps, url)).await;
-    retries_run_in_place_up_to_the_cap(&wire, &steps).await;
-    wire.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn live_retries_run_in_place_up_to_the_cap() {
-    let steps = Steps::default();
-    let wire = AppWire::live(|url| steps_app(&steps, url)).await;
-    retries_run_in_place_up_to_the_cap(&wire, &steps).await;
-    wire.shutdown().await;
-}
-
-#[tokio::test(start_paused = true)]
-async fn in_process_a_stop_releases_what_waits_in_a_lane() {
-    let steps = Steps::default();
-    let wire = AppWire::in_process(|url| steps_app(&steps, url)).await;
-    a_stop_releases_what_waits_in_a_lane(&wire, &steps).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn live_a_stop_releases_what_waits_in_a_lane() {
-    let steps = Steps::default();
-    let wire = AppWire::live(|url| steps_app(&steps, url)).await;
-    a_stop_releases_what_waits_in_a_lane(&wire, &steps).await;
 }
