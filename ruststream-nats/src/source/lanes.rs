@@ -22,9 +22,12 @@
 //! straight back to a pull request of ours still waiting on the server).
 
 use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use futures::FutureExt;
+use ruststream::__private::panic_message;
 use ruststream::Endpoint;
 use ruststream::codec::Format;
 use ruststream::registration::LaneKey;
@@ -171,7 +174,16 @@ impl Lanes {
             tasks.spawn(async move {
                 let mut head = head;
                 loop {
-                    shared.run(head).await;
+                    // A panic outside the handler (its own are caught and settled) must not
+                    // end the lane: the key would stay busy, and what waits behind it would
+                    // hold its slots for good.
+                    if let Err(panic) = AssertUnwindSafe(shared.run(head)).catch_unwind().await {
+                        tracing::error!(
+                            registration = shared.endpoint.name(),
+                            panic = panic_message(&*panic),
+                            "settling a delivery panicked"
+                        );
+                    }
                     // Stopping: what waits is given back once the subscription stopped
                     // (`release_waiting`), not started.
                     if shared.stopping() {

@@ -27,7 +27,7 @@
 //!
 //! `incoming.rs` turns a wire message into a delivery; `handling.rs` handles one unit (the
 //! idempotency claim, progress signals, the settlement); `progress.rs` keeps where a JetStream
-//! registration stands.
+//! registration stands; `lanes.rs` runs the deliveries of one key in order (`.by_key(..)`).
 
 mod handling;
 mod incoming;
