@@ -14,7 +14,7 @@
 //! taken). While it waits, `+WPI` every `ack_wait / 2` keeps the server from delivering it
 //! again, and so does one before each new attempt; the deliveries waiting behind a head are kept
 //! the same way. A delivery without a key (its payload does not decode, its header is missing)
-//! is a lane of its own, logged.
+//! is a lane of its own, logged (at most once per 10 s, with how many were not).
 //!
 //! On stop a head finishes (a retry is then given back to the server) and no lane starts its
 //! next delivery: what waits behind a head is released (`-NAK`) like the deliveries pulled and
@@ -95,6 +95,10 @@ impl<T> Queues<T> {
     }
 }
 
+/// Deliveries without a lane key, logged at most once per period (a publisher that never sets
+/// the header would flood the log).
+static NO_KEY: crate::rate::RateLimited = crate::rate::RateLimited::new();
+
 /// A delivery taken, with the slot it holds until it is settled.
 struct Taken {
     incoming: Incoming,
@@ -157,12 +161,15 @@ impl Lanes {
         let key = match shared.key.of(&taken.incoming.delivery, shared.codec) {
             Ok(key) => key,
             Err(why) => {
-                tracing::warn!(
-                    registration = shared.endpoint.name(),
-                    subject = taken.incoming.delivery.subject(),
-                    why,
-                    "the delivery has no lane key: it is handled in a lane of its own, in no order with the others"
-                );
+                if let Some(not_logged) = NO_KEY.check() {
+                    tracing::warn!(
+                        registration = shared.endpoint.name(),
+                        subject = taken.incoming.delivery.subject(),
+                        why,
+                        not_logged,
+                        "the delivery has no lane key: it is handled in a lane of its own, in no order with the others"
+                    );
+                }
                 let shared = Arc::clone(shared);
                 tasks.spawn(async move { shared.run(taken).await });
                 return;
