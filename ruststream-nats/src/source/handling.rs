@@ -124,7 +124,7 @@ fn progress_signals(endpoint: &Endpoint) -> bool {
 /// Runs `handling`; while it runs, and for at most the registration's `progress_until`, tells
 /// the server every `ack_wait / 2` that each of `unit` is still being worked on (JetStream
 /// only).
-async fn with_progress<T>(
+pub(super) async fn with_progress<T>(
     endpoint: &Endpoint,
     executor: &Executor,
     unit: &[Incoming],
@@ -161,7 +161,7 @@ async fn with_progress<T>(
 /// Before an idempotent handler runs: `Some(Some((key, revision)))` when `incoming` holds the
 /// claim on its key, `Some(None)` when it has no key (it runs unguarded), `None` when it was
 /// settled here without running the handler (its key was handled, or is claimed).
-async fn admit(
+pub(super) async fn admit(
     guard: &crate::idempotency::Guard,
     endpoint: &Endpoint,
     executor: &Executor,
@@ -223,7 +223,7 @@ async fn admit(
 
 /// Executes `decision` for `incoming`, unless a later delivery of the same message was already
 /// settled here; then `incoming` no longer holds the registration's place in its stream.
-async fn settle(
+pub(super) async fn settle(
     executor: &Executor,
     progress: &Progress,
     incoming: &Incoming,

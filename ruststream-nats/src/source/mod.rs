@@ -27,10 +27,11 @@
 //!
 //! `incoming.rs` turns a wire message into a delivery; `handling.rs` handles one unit (the
 //! idempotency claim, progress signals, the settlement); `progress.rs` keeps where a JetStream
-//! registration stands.
+//! registration stands; `lanes.rs` runs the deliveries of one key in order (`.by_key(..)`).
 
 mod handling;
 mod incoming;
+mod lanes;
 mod linger;
 mod progress;
 
@@ -112,6 +113,8 @@ impl Source {
         // The inline handler's future lives here, allocated once for the run: each message's
         // handling replaces the last one's in place (no allocation per message).
         let mut slot = Box::pin(None);
+        // `.by_key(..)`: deliveries of one key in order (`lanes.rs`).
+        let lanes = lanes::Lanes::of(&self);
         let deadline = loop {
             let permit = if inline {
                 None
@@ -138,7 +141,12 @@ impl Source {
                 // Not cancelled: a message taken is always handled.
                 let unit = self.gather(first).await;
                 if let Some(permit) = permit {
-                    self.spawn(&mut tasks, unit, permit);
+                    match (&lanes, unit) {
+                        (Some(lanes), Unit::One(incoming)) => {
+                            lanes.take(incoming, permit, &mut tasks);
+                        }
+                        (_, unit) => self.spawn(&mut tasks, unit, permit),
+                    }
                     continue;
                 }
                 slot.set(Some(AssertUnwindSafe(self.handle(unit)).catch_unwind()));
@@ -198,6 +206,9 @@ impl Source {
                 );
             }
             self.leftovers(model, &permits, &mut tasks, deadline).await;
+        }
+        if let Some(lanes) = &lanes {
+            lanes.release_waiting().await;
         }
 
         let registration = self.endpoint.name();

@@ -103,6 +103,7 @@ pub fn describe_json<A: App>(app: &A) -> serde_json::Value {
                 "confirm_acks": r.policy.confirm_acks,
                 "max_attempts": r.policy.max_attempts.map(|n| n.get()),
                 "concurrency": r.policy.concurrency.get(),
+                "lane_key": r.policy.lanes.as_ref().map(crate::registration::LaneKey::source),
                 "batch": r.batch,
                 "batch_max_wait_ms": d.batch_max_wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
                 "dead_letter": r.policy.dead_letter,
@@ -207,7 +208,10 @@ fn row(r: &RegistrationInfo, streams: &[(String, Vec<String>)]) -> [String; 10] 
         r.policy
             .max_attempts
             .map_or_else(|| "none".to_owned(), |n| n.to_string()),
-        r.policy.concurrency.to_string(),
+        match &r.policy.lanes {
+            Some(lanes) => format!("{} by key ({})", r.policy.concurrency, lanes.source()),
+            None => r.policy.concurrency.to_string(),
+        },
         dead_letter,
         match d.model {
             DeliveryModel::JetStream => "(redelivered)".to_owned(),

@@ -242,7 +242,37 @@ impl<S> Registration<S> {
         if let Some(reason) = &self.unroutable {
             return Err(Error::new(ErrorKind::Config, reason.clone()));
         }
-        self.check_idempotency()
+        self.check_idempotency()?;
+        self.check_lanes()
+    }
+
+    /// An error when the registration's ordering lanes cannot keep their promise.
+    fn check_lanes(&self) -> Result<(), Error> {
+        let Some(lanes) = &self.policy.lanes else {
+            return Ok(());
+        };
+        let refuse = |why: &str| {
+            Err(Error::new(
+                ErrorKind::Config,
+                format!("registration `{}` is {lanes}, and {why}", self.name),
+            ))
+        };
+        if matches!(self.handler, HandlerKind::Batch(_)) {
+            return refuse(
+                "a batch handler takes its messages together, not one after the other; take one message per call",
+            );
+        }
+        if self.policy.concurrency.get() == 1 {
+            return refuse(
+                "its concurrency is 1: every message is handled in order already; raise it with `.concurrency(nonzero!(16))`, or drop the key",
+            );
+        }
+        if self.descriptor.info().model != crate::settle::DeliveryModel::JetStream {
+            return refuse(
+                "ordering lanes run on JetStream only: a Core message waiting in a lane, or retried in it, exists only in this process (a stop or a crash loses it), and a Core retry is a copy that comes back behind later messages; read the subject through a stream (`JetStreamSubject`)",
+            );
+        }
+        Ok(())
     }
 
     fn check_idempotency(&self) -> Result<(), Error> {
@@ -304,6 +334,31 @@ impl<S> Registration<S> {
         let name = name.into();
         self.idempotency_config().key = format!("header {name}");
         self.idempotency_key = Some(crate::idempotency::by_header(name));
+        self
+    }
+
+    /// Handles the messages of one key in order, and different keys in parallel: `key` makes
+    /// the key of a message from its payload (decoded as `T` with the registration's codec).
+    /// A message waits while an earlier message of its key is being handled, and a `retry()`
+    /// or `retry_after(..)` runs again in its place (its attempt counting against the cap)
+    /// before the next message of its key. JetStream single handlers with a concurrency above
+    /// 1 only (checked at startup). Shown in `describe`. See `docs/consumers.md`.
+    pub fn by_key<T, K>(&mut self, key: impl Fn(&T) -> K + Send + Sync + 'static) -> &mut Self
+    where
+        T: DeserializeOwned + 'static,
+        K: fmt::Display,
+    {
+        let key = crate::idempotency::by_payload(key);
+        self.policy.lanes = Some(super::LaneKey::new("payload".to_owned(), key));
+        self
+    }
+
+    /// Like [`by_key`](Self::by_key), the key being the value of header `name`.
+    pub fn by_key_header(&mut self, name: impl Into<String>) -> &mut Self {
+        let name = name.into();
+        let source = format!("header {name}");
+        let key = crate::idempotency::by_header(name);
+        self.policy.lanes = Some(super::LaneKey::new(source, key));
         self
     }
 

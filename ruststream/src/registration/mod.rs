@@ -7,6 +7,7 @@
 //! | --- | --- |
 //! | `descriptor.rs` | [`Descriptor`], [`DescriptorInfo`], [`PrefixedSubject`], subject prefixes |
 //! | `policy.rs` | [`Policy`], [`OnFailure`] |
+//! | `lane_key.rs` | [`LaneKey`]: the key of `.by_key(..)`'s ordering lanes |
 //! | `info.rs` | [`RegistrationInfo`] (what `describe` and the startup checks read) |
 //! | `schemas.rs` | [`Schemas`]: the payload's type and its JSON Schemas |
 //! | `traced.rs` | [`traced_schema`]: a type's JSON Schema read from its serde `Deserialize` impl |
@@ -15,14 +16,15 @@
 //! | `endpoint.rs` | [`Endpoint`]: a registration bound to the app state, as a broker runs it |
 //! | `mount.rs` | [`Mount`], [`WithHandler`]: what `b.include(..)` takes |
 //!
-//! Dependencies run one way: `descriptor`, `policy`, `traced` ← `schemas` ← `info` ← `builder` ← `call`,
-//! `endpoint`, `mount`.
+//! Dependencies run one way: `descriptor`, `lane_key` ← `policy`, `traced` ← `schemas` ← `info`
+//! ← `builder` ← `call`, `endpoint`, `mount`.
 
 mod builder;
 mod call;
 mod descriptor;
 mod endpoint;
 mod info;
+mod lane_key;
 mod mount;
 mod policy;
 mod schemas;
@@ -32,6 +34,7 @@ pub use self::builder::Registration;
 pub use self::descriptor::{DeliverPolicy, Descriptor, DescriptorInfo, PrefixedSubject};
 pub use self::endpoint::Endpoint;
 pub use self::info::{RegistrationInfo, policy_notes};
+pub use self::lane_key::LaneKey;
 pub use self::mount::{BatchMarker, Mount, SingleMarker, WithHandler};
 pub use self::policy::{OnFailure, Policy};
 pub use self::schemas::{SchemaFn, Schemas, declared_schema, schema_of};

@@ -86,6 +86,9 @@ pub struct Policy {
     /// Whether a message whose key was already handled is acknowledged without running the
     /// handler, and where the keys are kept; `None`: every message runs it.
     pub idempotency: Option<crate::idempotency::Idempotency>,
+    /// The key of the ordering lanes (`.by_key(..)`): deliveries with one key are handled in
+    /// order, different keys in parallel; `None`: no order between concurrent deliveries.
+    pub lanes: Option<super::LaneKey>,
 }
 
 impl Default for Policy {
@@ -103,6 +106,7 @@ impl Default for Policy {
             on_panic: OnFailure::Retry,
             on_error: OnFailure::Retry,
             idempotency: None,
+            lanes: None,
         }
     }
 }

@@ -1,0 +1,417 @@
+//! Ordering lanes (`.concurrency(n).by_key(..)`): deliveries with the same key are handled one
+//! after the other, in the order they were taken; different keys run in parallel.
+//!
+//! Every delivery taken holds one of the registration's `n` slots until it is settled, whether
+//! it runs or waits behind an earlier delivery of its key: the source takes a message only when
+//! a slot is free, as without lanes, so the transport's flow control is unchanged (the server
+//! never sends more than the slots plus the pull's lookahead) and at most `n` handlers run.
+//!
+//! A lane is a task: it handles its head, then the next delivery that waited behind it, until
+//! none waits; then the key is forgotten. A `retry()` or `retry_after(d)` of a head runs again
+//! inside its lane (after `d`), with its attempt one higher, until it is acknowledged, dropped
+//! or dead-lettered at the cap: it is not given back to the server, whose redelivery would come
+//! behind the later deliveries of its key (and, with every slot taken by them, could never be
+//! taken). While it waits, `+WPI` every `ack_wait / 2` keeps the server from delivering it
+//! again, and so does one before each new attempt; the deliveries waiting behind a head are kept
+//! the same way. A delivery without a key (its payload does not decode, its header is missing)
+//! is a lane of its own, logged (at most once per 10 s, with how many were not).
+//!
+//! On stop a head finishes (a retry is then given back to the server) and no lane starts its
+//! next delivery: what waits behind a head is released (`-NAK`) like the deliveries pulled and
+//! never started, once the subscription stopped (released before, a delivery would come
+//! straight back to a pull request of ours still waiting on the server).
+
+use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use futures::FutureExt;
+use ruststream::__private::panic_message;
+use ruststream::Endpoint;
+use ruststream::codec::Format;
+use ruststream::registration::LaneKey;
+use ruststream::settle::{AckKind, Decision, Settle};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::handling::{admit, settle, with_progress};
+use super::{Progress, Source, StopSignal};
+use crate::executor::{Executor, Incoming};
+use crate::publish::NatsPublisher;
+use crate::telemetry;
+
+/// Which keys are busy and what waits behind each, in arrival order. Pure: the lanes' tasks and
+/// the unit tests drive it.
+#[derive(Debug)]
+pub(super) struct Queues<T> {
+    busy: HashMap<String, VecDeque<T>>,
+}
+
+impl<T> Default for Queues<T> {
+    fn default() -> Self {
+        Self {
+            busy: HashMap::new(),
+        }
+    }
+}
+
+impl<T> Queues<T> {
+    /// `item` of `key` arrives: `Some(item)` when the key was free (the caller runs it; the
+    /// key is busy from now on), `None` when it waits behind the key's earlier items.
+    pub(super) fn arrive(&mut self, key: &str, item: T) -> Option<T> {
+        match self.busy.get_mut(key) {
+            Some(waiting) => {
+                waiting.push_back(item);
+                None
+            }
+            None => {
+                self.busy.insert(key.to_owned(), VecDeque::new());
+                Some(item)
+            }
+        }
+    }
+
+    /// The head of `key` is settled: the next item of the key to run, or `None` when none
+    /// waits (the key is free again).
+    pub(super) fn next(&mut self, key: &str) -> Option<T> {
+        let next = self.busy.get_mut(key).and_then(VecDeque::pop_front);
+        if next.is_none() {
+            self.busy.remove(key);
+        }
+        next
+    }
+
+    /// Every item waiting behind a head, taken out (on stop); the heads still run.
+    pub(super) fn take_waiting(&mut self) -> Vec<T> {
+        self.busy.values_mut().flat_map(std::mem::take).collect()
+    }
+
+    /// The items waiting behind a head.
+    pub(super) fn waiting(&self) -> impl Iterator<Item = &T> {
+        self.busy.values().flatten()
+    }
+}
+
+/// Deliveries without a lane key, logged at most once per period (a publisher that never sets
+/// the header would flood the log).
+static NO_KEY: crate::rate::RateLimited = crate::rate::RateLimited::new();
+
+/// A delivery taken, with the slot it holds until it is settled.
+struct Taken {
+    incoming: Incoming,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// A registration's lanes: what a lane's task needs to handle and settle its deliveries.
+pub(super) struct Lanes {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    endpoint: Endpoint,
+    executor: Arc<Executor>,
+    publisher: Arc<NatsPublisher>,
+    progress: Arc<Progress>,
+    idempotency: Option<Arc<crate::idempotency::Guard>>,
+    stop: StopSignal,
+    key: LaneKey,
+    codec: Format,
+    queues: Mutex<Queues<Taken>>,
+}
+
+impl Lanes {
+    /// The lanes of `source`'s registration, when it has a lane key; starts the keep-alive of
+    /// the deliveries that wait (JetStream with an `ack_wait`).
+    pub(super) fn of(source: &Source) -> Option<Self> {
+        let policy = source.endpoint.policy();
+        let key = policy.lanes.clone()?;
+        let shared = Arc::new(Shared {
+            endpoint: source.endpoint.clone(),
+            executor: Arc::clone(&source.executor),
+            publisher: Arc::clone(&source.publisher),
+            progress: Arc::clone(&source.progress),
+            idempotency: source.idempotency.clone(),
+            stop: source.stop.clone(),
+            key,
+            codec: policy.codec.unwrap_or_default(),
+            queues: Mutex::new(Queues::default()),
+        });
+        if let Some(every) = keep_alive_every(&shared.endpoint) {
+            tokio::spawn(keep_waiting_alive(Arc::downgrade(&shared), every));
+        }
+        Some(Self { shared })
+    }
+
+    /// Runs `incoming` in its key's lane: at once in a new lane (a task of `tasks`) when the
+    /// key is free, else after the deliveries of its key taken before it.
+    pub(super) fn take(
+        &self,
+        incoming: Incoming,
+        permit: OwnedSemaphorePermit,
+        tasks: &mut JoinSet<()>,
+    ) {
+        let shared = &self.shared;
+        let taken = Taken {
+            incoming,
+            _permit: permit,
+        };
+        let key = match shared.key.of(&taken.incoming.delivery, shared.codec) {
+            Ok(key) => key,
+            Err(why) => {
+                if let Some(not_logged) = NO_KEY.check() {
+                    tracing::warn!(
+                        registration = shared.endpoint.name(),
+                        subject = taken.incoming.delivery.subject(),
+                        why,
+                        not_logged,
+                        "the delivery has no lane key: it is handled in a lane of its own, in no order with the others"
+                    );
+                }
+                let shared = Arc::clone(shared);
+                tasks.spawn(async move { shared.run(taken).await });
+                return;
+            }
+        };
+        let head = shared.lock().arrive(&key, taken);
+        if let Some(head) = head {
+            let shared = Arc::clone(shared);
+            tasks.spawn(async move {
+                let mut head = head;
+                loop {
+                    // A panic outside the handler (its own are caught and settled) must not
+                    // end the lane: the key would stay busy, and what waits behind it would
+                    // hold its slots for good.
+                    if let Err(panic) = AssertUnwindSafe(shared.run(head)).catch_unwind().await {
+                        tracing::error!(
+                            registration = shared.endpoint.name(),
+                            panic = panic_message(&*panic),
+                            "settling a delivery panicked"
+                        );
+                    }
+                    // Stopping: what waits is given back once the subscription stopped
+                    // (`release_waiting`), not started.
+                    if shared.stopping() {
+                        return;
+                    }
+                    let next = shared.lock().next(&key);
+                    match next {
+                        Some(next) => head = next,
+                        None => return,
+                    }
+                }
+            });
+        }
+    }
+
+    /// Stopping, once the subscription stopped: gives every delivery that waits behind a head
+    /// back to the server (`-NAK`); the heads finish.
+    pub(super) async fn release_waiting(&self) {
+        let waiting = self.shared.lock().take_waiting();
+        for taken in waiting {
+            self.shared.release(taken).await;
+        }
+    }
+}
+
+impl Shared {
+    /// Gives a delivery that waited in a lane back to the server (`-NAK`), unstarted.
+    async fn release(&self, taken: Taken) {
+        self.executor.release(&taken.incoming).await;
+        if let Some(info) = taken.incoming.delivery.extension::<crate::JetStreamInfo>() {
+            self.progress.settled(info.stream_sequence, info.delivered);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queues<Taken>> {
+        self.queues.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.borrow().is_some()
+    }
+
+    /// Handles one delivery to its end: its retries run here, in its place, until it is
+    /// settled otherwise (or the app stops).
+    async fn run(&self, taken: Taken) {
+        let Taken {
+            mut incoming,
+            _permit,
+        } = taken;
+        let endpoint = &self.endpoint;
+        let executor = &*self.executor;
+        let claim = match &self.idempotency {
+            Some(guard) => {
+                match admit(guard, endpoint, executor, &self.progress, &incoming).await {
+                    Some(claim) => claim,
+                    None => return,
+                }
+            }
+            None => None,
+        };
+        loop {
+            let span = telemetry::delivery_span(endpoint, &incoming.delivery);
+            let dispatch = endpoint.dispatch(&incoming.delivery, &*self.publisher);
+            let one = std::slice::from_ref(&incoming);
+            let dispatch = with_progress(endpoint, executor, one, dispatch);
+            let (handled, decision) =
+                telemetry::observed(&span, &executor.metrics, 1, dispatch).await;
+            if let Some(delay) = in_place(&decision)
+                && self.wait(&incoming, delay).instrument(span.clone()).await
+            {
+                incoming = next_attempt(incoming);
+                // The new attempt has the whole `ack_wait`, as a redelivery would.
+                executor.in_progress(&incoming).await;
+                continue;
+            }
+            settle(executor, &self.progress, &incoming, &handled, &decision)
+                .instrument(span.clone())
+                .await;
+            if let (Some(guard), Some((key, revision))) = (&self.idempotency, claim) {
+                guard
+                    .settled(key, revision, &decision)
+                    .instrument(span)
+                    .await;
+            }
+            return;
+        }
+    }
+
+    /// Waits `delay` before a retry in place, telling the server every `ack_wait / 2` that
+    /// the delivery is still being worked on; `false` when the app stops first (the retry is
+    /// then given back to the server).
+    async fn wait(&self, incoming: &Incoming, delay: Duration) -> bool {
+        if self.stopping() {
+            return false;
+        }
+        let stopped = super::stopping(self.stop.clone());
+        tokio::pin!(stopped);
+        let until = Instant::now() + delay;
+        let every = keep_alive_every(&self.endpoint);
+        loop {
+            let tick = every.map_or(until, |every| (Instant::now() + every).min(until));
+            tokio::select! {
+                biased;
+                _ = &mut stopped => return false,
+                () = tokio::time::sleep_until(tick) => {
+                    if tick >= until {
+                        return true;
+                    }
+                    self.executor.in_progress(incoming).await;
+                }
+            }
+        }
+    }
+}
+
+/// The delay of a retry that runs again in its lane: a decision that gives the delivery back
+/// to the server to be delivered again (`-NAK`, `-NAK` with a delay). A dead letter, `+TERM`,
+/// `+ACK` are settled as decided.
+fn in_place(decision: &Decision) -> Option<Duration> {
+    if decision.dead_letter {
+        return None;
+    }
+    match decision.settle {
+        Settle::Send(AckKind::Nak) => Some(Duration::ZERO),
+        Settle::Send(AckKind::NakAfter(delay)) => Some(delay),
+        _ => None,
+    }
+}
+
+/// The same delivery, as its next attempt (the cap counts it; the server's `delivered` count
+/// stays what the server said).
+fn next_attempt(incoming: Incoming) -> Incoming {
+    let Incoming {
+        delivery,
+        ack_subject,
+    } = incoming;
+    let attempt = delivery.attempt().saturating_add(1);
+    Incoming {
+        delivery: delivery.with_attempt(attempt),
+        ack_subject,
+    }
+}
+
+/// How often a delivery held in a lane tells the server it is still being worked on: half its
+/// `ack_wait` (JetStream), at least 10 ms; `None` when there is no `ack_wait`.
+fn keep_alive_every(endpoint: &Endpoint) -> Option<Duration> {
+    let info = endpoint.info();
+    match info.descriptor.model {
+        ruststream::settle::DeliveryModel::JetStream => info
+            .descriptor
+            .ack_wait
+            .map(|ack_wait| (ack_wait / 2).max(Duration::from_millis(10))),
+        _ => None,
+    }
+}
+
+/// Every `every`, tells the server that each delivery waiting behind a head is still being
+/// worked on, so its `ack_wait` does not run out while its lane is busy (it would be delivered
+/// again, behind itself). Ends with the lanes, or when the app stops.
+async fn keep_waiting_alive(shared: Weak<Shared>, every: Duration) {
+    let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
+    loop {
+        ticks.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.stopping() {
+            return;
+        }
+        let acks: Vec<Incoming> = shared
+            .lock()
+            .waiting()
+            .map(|taken| Incoming {
+                // Only the acknowledgement subject is read.
+                delivery: ruststream::Delivery::new(
+                    Arc::clone(taken.incoming.delivery.subject_arc()),
+                    bytes::Bytes::new(),
+                ),
+                ack_subject: taken.incoming.ack_subject.clone(),
+            })
+            .collect();
+        for incoming in &acks {
+            shared.executor.in_progress(incoming).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Queues;
+
+    #[test]
+    fn one_key_runs_in_arrival_order_and_other_keys_run_at_once() {
+        let mut queues = Queues::default();
+        assert_eq!(queues.arrive("a", 1), Some(1), "a free key runs at once");
+        assert_eq!(queues.arrive("b", 2), Some(2), "another key too");
+        assert_eq!(queues.arrive("a", 3), None, "behind a's head");
+        assert_eq!(queues.arrive("a", 4), None);
+        assert_eq!(queues.waiting().count(), 2);
+        assert_eq!(queues.next("a"), Some(3), "in arrival order");
+        assert_eq!(queues.arrive("a", 5), None, "a is still busy with 3");
+        assert_eq!(queues.next("a"), Some(4));
+        assert_eq!(queues.next("a"), Some(5));
+        assert_eq!(queues.next("a"), None, "a is free again");
+        assert_eq!(queues.arrive("a", 6), Some(6), "and runs at once");
+        assert_eq!(queues.next("b"), None);
+        assert_eq!(queues.next("a"), None);
+        assert_eq!(queues.waiting().count(), 0);
+    }
+
+    #[test]
+    fn a_stop_takes_what_waits_and_the_heads_end_their_lanes() {
+        let mut queues = Queues::default();
+        for (key, item) in [("a", 1), ("b", 2), ("a", 3), ("b", 4), ("a", 5)] {
+            let _ = queues.arrive(key, item);
+        }
+        let mut waiting = queues.take_waiting();
+        waiting.sort_unstable();
+        assert_eq!(waiting, [3, 4, 5]);
+        assert_eq!(queues.next("a"), None, "nothing left behind a's head");
+        assert_eq!(queues.next("b"), None);
+        assert_eq!(queues.arrive("a", 6), Some(6));
+    }
+}
