@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
@@ -238,7 +239,7 @@ pub async fn reply<R: Outgoing>(
     let output = ctx
         .encoded(&subject, &value)
         .map_err(|err| failed(&err, &subject))?;
-    let Some(inbox) = ctx.delivery().reply() else {
+    let Some(inbox) = ctx.delivery().reply_arc() else {
         ctx.publish_raw(output)
             .await
             .map_err(|err| failed(&err, &subject))?;
@@ -247,7 +248,7 @@ pub async fn reply<R: Outgoing>(
     // The response to a Core request: a plain publish to the requester's inbox. After the
     // output when a stream must confirm it (a refused output sends no response); first
     // otherwise, since nothing can refuse a Core publish.
-    let mut response = crate::OutboundMessage::new(inbox, output.payload.clone());
+    let mut response = crate::OutboundMessage::new(Arc::clone(inbox), output.payload.clone());
     response.headers = output.headers.clone();
     if ctx.publisher().confirms(&subject) {
         ctx.publish_raw(output)

@@ -1,5 +1,7 @@
 //! How payloads become values and values become payloads. JSON unless told otherwise.
 
+use std::sync::{Arc, OnceLock};
+
 use bytes::Bytes;
 use serde::Serialize;
 
@@ -125,6 +127,27 @@ pub enum Format {
 }
 
 impl Format {
+    /// The `content-type` header naming this format, as the shared strings
+    /// [`Headers`](crate::Headers) holds: made once per process, so that writing it on every
+    /// output clones two `Arc`s instead of allocating two strings.
+    pub(crate) fn content_type_header(self) -> (Arc<str>, Arc<str>) {
+        static NAME: OnceLock<Arc<str>> = OnceLock::new();
+        static VALUES: [OnceLock<Arc<str>>; 4] = [const { OnceLock::new() }; 4];
+        let slot = match self {
+            Self::Json => 0,
+            #[cfg(feature = "msgpack")]
+            Self::MessagePack => 1,
+            #[cfg(feature = "cbor")]
+            Self::Cbor => 2,
+            #[cfg(feature = "protobuf")]
+            Self::Protobuf => 3,
+        };
+        (
+            Arc::clone(NAME.get_or_init(|| Arc::from(CONTENT_TYPE))),
+            Arc::clone(VALUES[slot].get_or_init(|| Arc::from(self.content_type()))),
+        )
+    }
+
     /// The format a `content-type` value names, if it is one of the compiled-in formats.
     /// Parameters (`; charset=utf-8`) and case are ignored.
     pub fn from_content_type(value: &str) -> Option<Self> {

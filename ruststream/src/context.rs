@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::codec::{CONTENT_TYPE, Codec, Format, Json};
+use crate::codec::{Codec, Format, Json};
 use crate::delivery::{Delivery, Headers, OutboundMessage};
 use crate::error::{PublishError, PublishErrorKind};
 use crate::outgoing::Outgoing;
@@ -156,9 +156,8 @@ impl<'a> Context<'a> {
             .encode(value)
             .map_err(|e| PublishError::new(PublishErrorKind::Encode, subject).with_source(e))?;
         let mut message = OutboundMessage::new(subject, payload);
-        message
-            .headers
-            .insert(CONTENT_TYPE, self.format.content_type());
+        let (name, value) = self.format.content_type_header();
+        message.headers.insert(name, value);
         Ok(message)
     }
 
@@ -231,7 +230,8 @@ impl<'a> Context<'a> {
         let mut message = self.encoded(&subject, value)?;
         let mut headers = headers;
         if crate::codec::content_type_of(&headers).is_none() {
-            headers.insert(CONTENT_TYPE, self.format.content_type());
+            let (name, value) = self.format.content_type_header();
+            headers.insert(name, value);
         }
         message.headers = headers;
         self.publish_raw(message).await

@@ -211,6 +211,11 @@ impl Delivery {
         self.reply.as_deref()
     }
 
+    /// The reply subject as a shared string, if any.
+    pub fn reply_arc(&self) -> Option<&Arc<str>> {
+        self.reply.as_ref()
+    }
+
     /// The server's delivery count: `Some(1)` on a first JetStream delivery, `None` on Core.
     pub fn delivered(&self) -> Option<u64> {
         self.delivered

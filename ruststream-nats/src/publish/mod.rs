@@ -40,19 +40,83 @@ pub const RELEARN_AFTER: Duration = Duration::from_secs(30);
 /// `<stream>:<sequence>:<registration>:<output>`; `None` for a Core delivery, which has no
 /// identity to derive one from.
 pub fn output_message_id(origin: &Origin<'_>) -> Option<String> {
-    let info = origin.delivery.extension::<JetStreamInfo>()?;
-    Some(format!(
+    let mut id = String::new();
+    write_output_message_id(origin, &mut id).then_some(id)
+}
+
+/// Writes [`output_message_id`] into `out` (cleared first); `false` for a Core delivery.
+fn write_output_message_id(origin: &Origin<'_>, out: &mut String) -> bool {
+    use std::fmt::Write as _;
+    out.clear();
+    let Some(info) = origin.delivery.extension::<JetStreamInfo>() else {
+        return false;
+    };
+    // Writing to a `String` cannot fail.
+    let _ = write!(
+        out,
         "{}:{}:{}:{}",
         info.stream, info.stream_sequence, origin.registration, origin.output
-    ))
+    );
+    true
+}
+
+/// [`output_message_id`] as the shared string a header holds, made with one allocation: the
+/// id is written into a buffer each thread keeps, then copied once.
+fn shared_output_message_id(origin: &Origin<'_>) -> Option<Arc<str>> {
+    thread_local! {
+        static ID: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    ID.with(|id| match id.try_borrow_mut() {
+        Ok(mut id) => write_output_message_id(origin, &mut id).then(|| Arc::from(id.as_str())),
+        // Not reached (nothing here calls back into it); a fresh `String` if it were.
+        Err(_) => output_message_id(origin).map(Arc::from),
+    })
+}
+
+/// [`MSG_ID_HEADER`] as a shared string, made once.
+fn msg_id_name() -> Arc<str> {
+    static NAME: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    Arc::clone(NAME.get_or_init(|| Arc::from(MSG_ID_HEADER)))
 }
 
 /// Which subjects the streams store, as last learned.
 #[derive(Debug, Default)]
 pub(crate) struct StoredSubjects {
     /// Each stream's name and the subjects it stores.
-    streams: RwLock<Vec<(Arc<str>, Vec<String>)>>,
+    streams: RwLock<Vec<(Arc<str>, Vec<Filter>)>>,
     learned: Mutex<Option<Instant>>,
+}
+
+/// A subject a stream stores, prepared for the question every publish asks (does it match
+/// this subject?): most subjects are refused by a length or prefix comparison, without
+/// splitting either into tokens.
+#[derive(Debug)]
+struct Filter {
+    pattern: String,
+    /// The bytes before the first wildcard token (all of them when there is none).
+    literal: usize,
+}
+
+impl Filter {
+    fn new(pattern: String) -> Self {
+        let literal = pattern
+            .split('.')
+            .take_while(|token| *token != "*" && *token != ">")
+            .map(|token| token.len() + 1)
+            .sum::<usize>()
+            .min(pattern.len());
+        Self { pattern, literal }
+    }
+
+    fn matches(&self, subject: &str) -> bool {
+        if self.literal == self.pattern.len() {
+            return self.pattern == subject;
+        }
+        subject
+            .as_bytes()
+            .starts_with(&self.pattern.as_bytes()[..self.literal])
+            && matches(&self.pattern, subject)
+    }
 }
 
 impl StoredSubjects {
@@ -61,7 +125,7 @@ impl StoredSubjects {
         let streams = self.streams.read().ok()?;
         streams
             .iter()
-            .find(|(_, subjects)| subjects.iter().any(|p| matches(p, subject)))
+            .find(|(_, filters)| filters.iter().any(|f| f.matches(subject)))
             .map(|(name, _)| Arc::clone(name))
     }
 
@@ -69,7 +133,10 @@ impl StoredSubjects {
         if let Ok(mut current) = self.streams.write() {
             *current = streams
                 .into_iter()
-                .map(|s| (Arc::from(s.name), s.subjects))
+                .map(|s| {
+                    let filters = s.subjects.into_iter().map(Filter::new).collect();
+                    (Arc::from(s.name), filters)
+                })
                 .collect();
         }
     }
@@ -151,15 +218,17 @@ impl NatsPublisher {
         self.relearn_if_due().await;
         if let Some(stream) = self.stored.stream_of(&subject) {
             if message.headers.get(MSG_ID_HEADER).is_none()
-                && let Some(id) = origin.as_ref().and_then(output_message_id)
+                && let Some(id) = origin.as_ref().and_then(shared_output_message_id)
             {
-                message.headers.insert(MSG_ID_HEADER, id);
+                message.headers.insert(msg_id_name(), id);
             }
+            // The headers are lent: the transport converts them to its own form, and they
+            // stay here for the Core publish should the stream be gone.
             match self
                 .transport
-                .publish_confirmed(
+                .publish_confirmed_lent(
                     Arc::clone(&subject),
-                    message.headers.clone(),
+                    &message.headers,
                     message.payload.clone(),
                 )
                 .await

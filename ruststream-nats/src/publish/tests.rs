@@ -189,3 +189,20 @@ fn a_core_input_has_no_output_id() {
     };
     assert_eq!(output_message_id(&origin), None);
 }
+
+mod filter {
+    use super::super::Filter;
+
+    include!("../subject/match_table.rs");
+
+    #[test]
+    fn a_prepared_filter_answers_every_row_of_the_shared_match_table() {
+        for &(pattern, subject, expected) in MATCH_TABLE {
+            assert_eq!(
+                Filter::new(pattern.to_owned()).matches(subject),
+                expected,
+                "{pattern} against {subject}"
+            );
+        }
+    }
+}

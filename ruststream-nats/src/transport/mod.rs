@@ -252,6 +252,18 @@ pub trait Transport: Send + Sync + 'static {
         })
     }
 
+    /// [`Transport::publish_confirmed`] with the headers lent: a transport that converts them
+    /// to a form of its own reads them in place, and the caller keeps them (for a Core publish
+    /// when no stream stores the subject after all). The default clones them.
+    fn publish_confirmed_lent(
+        &self,
+        subject: Arc<str>,
+        headers: &Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        self.publish_confirmed(subject, headers.clone(), payload)
+    }
+
     /// Every stream and the subjects it stores: how the runtime learns, once at startup and
     /// again from time to time, which outputs are stored. The default does not know (an
     /// error), and every output is then a Core publish.

@@ -79,8 +79,43 @@ pub trait Middleware: Send + Sync + 'static {
 /// The layers of a registration, outermost first.
 pub(crate) type Layers = Arc<[Arc<dyn Middleware>]>;
 
-pub(crate) type Single =
-    dyn for<'a> Fn(&'a Delivery, &'a dyn Publish, &'a str) -> BoxFuture<'a, Handled> + Send + Sync;
+/// A handler as the chain calls it: a registration's handler bound to the app state, or that
+/// handler behind its layers. A trait rather than a `dyn Fn` so that the layered one can lend
+/// its layers to the call for as long as the call runs, without cloning them into a boxed
+/// future of its own.
+pub(crate) trait SingleHandler: Send + Sync {
+    /// Runs the handler (and the layers around it) on `delivery`.
+    fn call<'a>(
+        &'a self,
+        delivery: &'a Delivery,
+        publisher: &'a dyn Publish,
+        registration: &'a str,
+    ) -> BoxFuture<'a, Handled>;
+}
+
+impl<F> SingleHandler for F
+where
+    F: for<'a> Fn(&'a Delivery, &'a dyn Publish, &'a str) -> BoxFuture<'a, Handled> + Send + Sync,
+{
+    fn call<'a>(
+        &'a self,
+        delivery: &'a Delivery,
+        publisher: &'a dyn Publish,
+        registration: &'a str,
+    ) -> BoxFuture<'a, Handled> {
+        self(delivery, publisher, registration)
+    }
+}
+
+/// `f` as a [`SingleHandler`]: gives a closure the signature the trait asks for.
+pub(crate) fn single<F>(f: F) -> F
+where
+    F: for<'a> Fn(&'a Delivery, &'a dyn Publish, &'a str) -> BoxFuture<'a, Handled> + Send + Sync,
+{
+    f
+}
+
+pub(crate) type Single = dyn SingleHandler;
 pub(crate) type Batch = dyn for<'a> Fn(&'a [&'a Delivery], &'a dyn Publish, &'a str) -> BoxFuture<'a, Vec<Handled>>
     + Send
     + Sync;
@@ -102,7 +137,9 @@ impl<'a> Next<'a> {
                 let delivery = self.delivery;
                 layer.handle(delivery, Next { rest, ..self })
             }
-            None => (self.handler)(self.delivery, self.publisher, self.registration),
+            None => self
+                .handler
+                .call(self.delivery, self.publisher, self.registration),
         }
     }
 
@@ -172,22 +209,36 @@ pub(crate) fn wrap_single(handler: Arc<Single>, layers: &[Arc<dyn Middleware>]) 
     if layers.is_empty() {
         return handler;
     }
-    let layers: Layers = layers.iter().cloned().collect();
-    Arc::new(move |delivery, publisher, registration| {
-        let layers = Arc::clone(&layers);
-        let handler = Arc::clone(&handler);
-        Box::pin(async move {
-            Next {
-                rest: &layers,
-                handler: &*handler,
-                delivery,
-                publisher,
-                registration,
-            }
-            .run()
-            .await
-        })
+    Arc::new(Layered {
+        layers: layers.iter().cloned().collect(),
+        handler,
     })
+}
+
+/// A handler behind its layers.
+struct Layered {
+    layers: Layers,
+    handler: Arc<Single>,
+}
+
+impl SingleHandler for Layered {
+    fn call<'a>(
+        &'a self,
+        delivery: &'a Delivery,
+        publisher: &'a dyn Publish,
+        registration: &'a str,
+    ) -> BoxFuture<'a, Handled> {
+        // The outermost layer's own future is the call's: nothing boxed besides what the
+        // layers and the handler box themselves.
+        Next {
+            rest: &self.layers,
+            handler: &*self.handler,
+            delivery,
+            publisher,
+            registration,
+        }
+        .run()
+    }
 }
 
 /// The same for a batch handler.
@@ -219,8 +270,9 @@ mod tests {
 
     #[test]
     fn no_layers_leave_the_handler_unwrapped() {
-        let single: Arc<Single> =
-            Arc::new(|_, _, _| Box::pin(async { Handled::Outcome(crate::HandlerOutcome::ack()) }));
+        let single: Arc<Single> = Arc::new(single(|_, _, _| {
+            Box::pin(async { Handled::Outcome(crate::HandlerOutcome::ack()) })
+        }));
         assert!(Arc::ptr_eq(&wrap_single(Arc::clone(&single), &[]), &single));
         let batch: Arc<Batch> = Arc::new(|_, _, _| Box::pin(async { Vec::new() }));
         assert!(Arc::ptr_eq(&wrap_batch(Arc::clone(&batch), &[]), &batch));

@@ -28,8 +28,9 @@ impl<S: Send + Sync + 'static> Registration<S> {
         let handler = match self.handler {
             HandlerKind::Single(call) => {
                 let state = Arc::clone(&state);
-                let f: Arc<BoundSingle> =
-                    Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n, codec));
+                let f: Arc<BoundSingle> = Arc::new(crate::middleware::single(move |d, p, n| {
+                    call(d, Arc::clone(&state), p, n, codec)
+                }));
                 BoundHandler::Single(crate::middleware::wrap_single(f, &layers))
             }
             HandlerKind::Batch(call) => {
@@ -50,8 +51,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
     }
 }
 
-type BoundSingle =
-    dyn for<'a> Fn(&'a Delivery, &'a dyn Publish, &'a str) -> BoxFuture<'a, Handled> + Send + Sync;
+type BoundSingle = crate::middleware::Single;
 type BoundBatch = dyn for<'a> Fn(&'a [&'a Delivery], &'a dyn Publish, &'a str) -> BoxFuture<'a, Vec<Handled>>
     + Send
     + Sync;
@@ -180,7 +180,10 @@ impl Endpoint {
         let handled = match &self.handler {
             _ if let Some(past_cap) = self.past_cap(delivery) => past_cap,
             BoundHandler::Single(call) => {
-                match self.limited(call(delivery, publisher, &self.name)).await {
+                match self
+                    .limited(call.call(delivery, publisher, &self.name))
+                    .await
+                {
                     Ok(handled) => handled,
                     Err(limit) => Handled::TimedOut(limit),
                 }
@@ -225,10 +228,12 @@ impl Endpoint {
             BoundHandler::Single(call) => {
                 let mut out = Vec::with_capacity(run.len());
                 for d in &run {
-                    out.push(match self.limited(call(d, publisher, &self.name)).await {
-                        Ok(handled) => handled,
-                        Err(limit) => Handled::TimedOut(limit),
-                    });
+                    out.push(
+                        match self.limited(call.call(d, publisher, &self.name)).await {
+                            Ok(handled) => handled,
+                            Err(limit) => Handled::TimedOut(limit),
+                        },
+                    );
                 }
                 out
             }

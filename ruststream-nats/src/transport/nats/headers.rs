@@ -11,13 +11,16 @@ use crate::transport::{TransportError, TransportErrorKind};
 pub fn to_header_map(headers: &Headers) -> Result<HeaderMap, TransportError> {
     let mut map = HeaderMap::new();
     for (name, value) in headers.iter() {
-        let header = HeaderName::from_str(name).map_err(|err| {
-            TransportError::new(
-                TransportErrorKind::Invalid,
-                format!("`{name}` is not a valid header name"),
-            )
-            .with_cause(err)
-        })?;
+        let header = match known_name(name) {
+            Some(known) => known,
+            None => HeaderName::from_str(name).map_err(|err| {
+                TransportError::new(
+                    TransportErrorKind::Invalid,
+                    format!("`{name}` is not a valid header name"),
+                )
+                .with_cause(err)
+            })?,
+        };
         let value = HeaderValue::from_str(value).map_err(|err| {
             TransportError::new(
                 TransportErrorKind::Invalid,
@@ -28,6 +31,21 @@ pub fn to_header_map(headers: &Headers) -> Result<HeaderMap, TransportError> {
         map.append(header, value);
     }
     Ok(map)
+}
+
+/// The names the runtime writes on most messages, as async-nats names that point at the
+/// constant instead of copying it: `HeaderName::from_str` copies every name but those NATS
+/// defines itself (`Nats-Msg-Id` and the like).
+fn known_name(name: &str) -> Option<HeaderName> {
+    const KNOWN: [&str; 3] = [
+        ruststream::codec::CONTENT_TYPE,
+        ruststream::CORRELATION_ID_HEADER,
+        crate::RETRY_COUNT_HEADER,
+    ];
+    KNOWN
+        .into_iter()
+        .find(|known| *known == name)
+        .map(HeaderName::from_static)
 }
 
 /// async-nats headers as `ruststream::Headers`, every value of every name.
@@ -41,4 +59,29 @@ pub fn from_header_map(map: Option<&HeaderMap>) -> Headers {
         }
     }
     headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_names_the_runtime_writes_convert_like_any_other() {
+        let mut headers = Headers::new();
+        headers.insert(ruststream::codec::CONTENT_TYPE, "application/json");
+        headers.insert(ruststream::CORRELATION_ID_HEADER, "c-1");
+        headers.insert(crate::RETRY_COUNT_HEADER, "2");
+        headers.insert("x-other", "v");
+        let map = to_header_map(&headers).expect("valid headers");
+        for (name, value) in headers.iter() {
+            let parsed = HeaderName::from_str(name).expect("a valid name");
+            assert_eq!(
+                map.get(parsed).map(HeaderValue::as_str),
+                Some(value),
+                "{name}"
+            );
+            assert_eq!(known_name(name).is_some(), name != "x-other", "{name}");
+        }
+        assert_eq!(map.len(), 4);
+    }
 }

@@ -32,7 +32,7 @@ mod streams;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream;
+use async_nats::{HeaderMap, jetstream};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -144,13 +144,13 @@ impl NatsTransport {
     async fn stored(
         &self,
         subject: Arc<str>,
-        headers: Headers,
+        headers: HeaderMap,
         payload: Bytes,
     ) -> Result<StoredAck, TransportError> {
-        let headers = to_header_map(&headers)?;
         let ack = self
             .jetstream
-            .publish_with_headers(subject.to_string(), headers, payload)
+            // One copy of the subject (async-nats keeps it as bytes).
+            .publish_with_headers(async_nats::Subject::from(&*subject), headers, payload)
             .await
             .map_err(|err| stored_publish_error(&subject, err))?
             .await
@@ -201,9 +201,9 @@ impl Transport for NatsTransport {
         headers: Headers,
         payload: Bytes,
     ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        let headers = crate::telemetry::with_context(headers);
+        let headers = to_header_map(&crate::telemetry::with_context(headers));
         Box::pin(async move {
-            let ack = self.stored(subject, headers, payload).await?;
+            let ack = self.stored(subject, headers?, payload).await?;
             Ok(ack.sequence)
         })
     }
@@ -214,8 +214,24 @@ impl Transport for NatsTransport {
         headers: Headers,
         payload: Bytes,
     ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
-        let headers = crate::telemetry::with_context(headers);
-        Box::pin(self.stored(subject, headers, payload))
+        match to_header_map(&crate::telemetry::with_context(headers)) {
+            Ok(headers) => Box::pin(self.stored(subject, headers, payload)),
+            Err(err) => Box::pin(std::future::ready(Err(err))),
+        }
+    }
+
+    fn publish_confirmed_lent(
+        &self,
+        subject: Arc<str>,
+        headers: &Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        // Converted before the future is made, so that the boxed future is the publish's own
+        // rather than an `async` block wrapping it (one state machine fewer to move).
+        match crate::telemetry::header_map_with_context(headers) {
+            Ok(headers) => Box::pin(self.stored(subject, headers, payload)),
+            Err(err) => Box::pin(std::future::ready(Err(err))),
+        }
     }
 
     fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
