@@ -61,6 +61,9 @@ pub enum Scenario {
     JsReply,
     /// JetStream, a confirmed publish to a stream per delivery.
     JsReplyStored,
+    /// JetStream, each delivery's key claimed in a key-value bucket before the handler runs
+    /// and recorded after its acknowledgement (`.idempotent_by(..)`).
+    JsIdempotent,
     /// Request/reply round trips, one at a time.
     Request,
     /// JetStream with 1 ms of I/O per message, at several concurrencies.

@@ -112,6 +112,18 @@ pub fn paced(url: String, subject: &'static str, n: u64, rate: u64) -> std::thre
 /// Stores `n` orders in `stream` (created fresh, in memory, storing `subject`), unless it
 /// already holds exactly that (a server given with `--url`, reused between runs).
 pub async fn fill_stream(js: &jetstream::Context, name: &str, subject: &str, n: u64) {
+    fill_stream_with(js, name, subject, n, |_| payload(0, 0)).await;
+}
+
+/// [`fill_stream`] with the `i`-th order (from 0) made by `order`: orders of ids of their own
+/// for the idempotency scenario.
+pub async fn fill_stream_with(
+    js: &jetstream::Context,
+    name: &str,
+    subject: &str,
+    n: u64,
+    order: impl Fn(u64) -> Bytes,
+) {
     if let Ok(mut existing) = js.get_stream(name).await
         && let Ok(info) = existing.info().await
         && info.state.messages == n
@@ -128,11 +140,10 @@ pub async fn fill_stream(js: &jetstream::Context, name: &str, subject: &str, n: 
     })
     .await
     .expect("the stream is created");
-    let body = payload(0, 0);
     let mut acks = Vec::with_capacity(1024);
-    for _ in 0..n {
+    for i in 0..n {
         acks.push(
-            js.publish(subject.to_owned(), body.clone())
+            js.publish(subject.to_owned(), order(i))
                 .await
                 .expect("the publish is sent"),
         );

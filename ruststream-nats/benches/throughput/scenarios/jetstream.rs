@@ -15,8 +15,8 @@ use ruststream_nats::JetStreamSubject;
 use crate::args::{Scenario, Side};
 use crate::counter::{Counter, Record};
 use crate::handlers::{CountAck, CountBatch, Reply, app};
-use crate::payload::{CoreReceipt, Order, RECEIPTS_STREAM, Receipt, StoredReceipt};
-use crate::publish::{self, fill_stream, unique};
+use crate::payload::{CoreReceipt, Order, RECEIPTS_STREAM, Receipt, StoredReceipt, payload};
+use crate::publish::{self, fill_stream, fill_stream_with, unique};
 use crate::report::{Row, by_side};
 use crate::scenarios::{Bench, PATIENCE};
 
@@ -34,6 +34,15 @@ pub enum Work {
     Io,
     /// Take the messages in batches of up to this many (RustStream: a batch handler).
     Batch(NonZeroUsize),
+    /// Claim the order's id in a key-value bucket (create if absent) before handling, and
+    /// record it as handled once acknowledged (RustStream: `.idempotent_by(..)`).
+    Idempotent,
+}
+
+/// The key-value bucket of an idempotent round's consumer `durable` (RustStream's default
+/// name for the registration, which is named after its consumer).
+fn bucket(durable: &str) -> String {
+    ruststream::idempotency::default_bucket(durable)
 }
 
 const IO: Duration = Duration::from_millis(1);
@@ -81,12 +90,27 @@ pub async fn round(
                 .expect("the consumer is created");
             // async-nats's defaults: pulls of 200 messages, refilled at half.
             let messages = consumer.messages().await.expect("pulls");
+            let kv = match work {
+                Work::Idempotent => Some(
+                    context
+                        .create_key_value(jetstream::kv::Config {
+                            bucket: bucket(durable),
+                            history: 1,
+                            max_age: Duration::from_secs(24 * 3600),
+                            ..Default::default()
+                        })
+                        .await
+                        .expect("the bucket is created"),
+                ),
+                _ => None,
+            };
             let raw = RawLoop {
                 client: client.clone(),
                 context,
                 durable: durable.clone(),
                 work,
                 counter: Arc::clone(counter),
+                kv,
             };
             let task = tokio::spawn(raw.run(messages, concurrency));
             let publisher = publish();
@@ -115,6 +139,14 @@ pub async fn round(
                         counter: counter_for_app,
                         io: (work == Work::Io).then_some(IO),
                     })),
+                    Work::Idempotent => {
+                        let registration = b.include(descriptor.handler(CountAck {
+                            counter: counter_for_app,
+                            io: None,
+                        }));
+                        registration.idempotent_by(|order: &Order| order.id);
+                        registration
+                    }
                     Work::Batch(size) => b.include(descriptor.batch(size).handler(CountBatch {
                         counter: counter_for_app,
                     })),
@@ -144,6 +176,8 @@ struct RawLoop {
     durable: String,
     work: Work,
     counter: Arc<Counter>,
+    /// The idempotency bucket ([`Work::Idempotent`]).
+    kv: Option<jetstream::kv::Store>,
 }
 
 impl RawLoop {
@@ -177,7 +211,7 @@ impl RawLoop {
                     .await
                     .expect("the stream stored the receipt");
             }
-            Work::Ack | Work::Batch(_) => {}
+            Work::Ack | Work::Batch(_) | Work::Idempotent => {}
         }
         self.counter.hit(&order);
     }
@@ -201,6 +235,29 @@ impl RawLoop {
                     for message in batch {
                         message.ack().await.expect("the ack is sent");
                     }
+                    if c.complete() {
+                        break;
+                    }
+                }
+            }
+            Work::Idempotent => {
+                // The same work as RustStream's: claim the key (created only when absent),
+                // handle, acknowledge, record the key as handled at the claim's revision.
+                let kv = self.kv.as_ref().expect("the bucket");
+                let mut messages = messages;
+                while let Some(message) = messages.next().await {
+                    let message = message.expect("a message");
+                    let order: Order = serde_json::from_slice(&message.payload).expect("decodes");
+                    let key = order.id.to_string();
+                    let revision = kv
+                        .create(&key, Bytes::from_static(b"claimed"))
+                        .await
+                        .expect("the key is new");
+                    c.hit(&order);
+                    message.ack().await.expect("the ack is sent");
+                    kv.update(&key, Bytes::from_static(b"handled"), revision)
+                        .await
+                        .expect("the key is recorded");
                     if c.complete() {
                         break;
                     }
@@ -272,10 +329,19 @@ async fn stored_row(
     concurrency: usize,
     verify: bool,
 ) -> Row {
-    let stream = format!("BENCH_ORDERS_{n}");
-    let subject = format!("bench.orders.{n}");
+    // Idempotency needs a key of its own per order: the ids count up.
+    let keyed = work == Work::Idempotent;
+    let (stream, subject) = if keyed {
+        (format!("BENCH_KEYED_{n}"), format!("bench.keyed.{n}"))
+    } else {
+        (format!("BENCH_ORDERS_{n}"), format!("bench.orders.{n}"))
+    };
     eprintln!("{title}: the stream of {n} messages ...");
-    fill_stream(bench.js, &stream, &subject, n).await;
+    if keyed {
+        fill_stream_with(bench.js, &stream, &subject, n, |i| payload(i + 1, 0)).await;
+    } else {
+        fill_stream(bench.js, &stream, &subject, n).await;
+    }
     eprintln!("{title} ...");
     let rounds = by_side(bench.args.rounds, &bench.args.sides(), |side, i| {
         let consume = Consume {
@@ -296,6 +362,9 @@ async fn stored_row(
                 .expect("the stream exists")
                 .delete_consumer(&consume.durable)
                 .await;
+            if keyed {
+                let _ = bench.js.delete_key_value(bucket(&consume.durable)).await;
+            }
             counter.result()
         }
     })
@@ -345,6 +414,11 @@ pub async fn throughput(bench: &Bench<'_>) -> Vec<Row> {
         let title = "JetStream consume and reply to a stream (confirmed, deduplicated)".to_owned();
         let work = Work::StoredReply;
         rows.push(stored_row(bench, "js-reply-stored", title, n, work, 1, true).await);
+    }
+    if args.runs(Scenario::JsIdempotent) {
+        let n = args.messages(20_000);
+        let title = "JetStream idempotent (key claimed and recorded in a KV bucket)".to_owned();
+        rows.push(stored_row(bench, "js-idempotent", title, n, Work::Idempotent, 1, true).await);
     }
     rows
 }
