@@ -91,17 +91,7 @@ pub async fn round(
             // async-nats's defaults: pulls of 200 messages, refilled at half.
             let messages = consumer.messages().await.expect("pulls");
             let kv = match work {
-                Work::Idempotent => Some(
-                    context
-                        .create_key_value(jetstream::kv::Config {
-                            bucket: bucket(durable),
-                            history: 1,
-                            max_age: Duration::from_secs(24 * 3600),
-                            ..Default::default()
-                        })
-                        .await
-                        .expect("the bucket is created"),
-                ),
+                Work::Idempotent => Some(raw_bucket(&context, &bucket(durable)).await),
                 _ => None,
             };
             let raw = RawLoop {
@@ -167,6 +157,30 @@ pub async fn round(
     if let Some(publisher) = publisher {
         publish::join(publisher);
     }
+}
+
+/// A key-value bucket made as RustStream makes it: its stream created directly (async-nats's
+/// `create_key_value` cannot read nats-server 2.9's answer), then opened as a bucket.
+async fn raw_bucket(context: &jetstream::Context, bucket: &str) -> jetstream::kv::Store {
+    context
+        .get_or_create_stream(stream::Config {
+            name: format!("KV_{bucket}"),
+            subjects: vec![format!("$KV.{bucket}.>")],
+            max_messages_per_subject: 1,
+            max_age: Duration::from_secs(24 * 3600),
+            allow_rollup: true,
+            deny_delete: true,
+            allow_direct: true,
+            discard: stream::DiscardPolicy::New,
+            num_replicas: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("the bucket's stream is created");
+    context
+        .get_key_value(bucket)
+        .await
+        .expect("the bucket opens")
 }
 
 /// What the raw loop holds for its messages.
