@@ -153,21 +153,6 @@ pub(crate) fn with_context(headers: ruststream::Headers) -> ruststream::Headers 
     }
 }
 
-/// [`with_context`] for headers lent, as async-nats headers: without the `opentelemetry`
-/// feature they are read in place, not copied first.
-pub(crate) fn header_map_with_context(
-    headers: &ruststream::Headers,
-) -> Result<async_nats::HeaderMap, crate::transport::TransportError> {
-    #[cfg(feature = "opentelemetry")]
-    {
-        crate::transport::nats::to_header_map(&otel::inject(headers.clone()))
-    }
-    #[cfg(not(feature = "opentelemetry"))]
-    {
-        crate::transport::nats::to_header_map(headers)
-    }
-}
-
 /// Makes the `traceparent` of `delivery`, when it has a valid one, the parent of `span`
 /// (feature `opentelemetry`; nothing without it).
 pub(crate) fn adopt_parent(span: &tracing::Span, delivery: &Delivery) {

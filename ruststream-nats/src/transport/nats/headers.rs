@@ -33,6 +33,24 @@ pub fn to_header_map(headers: &Headers) -> Result<HeaderMap, TransportError> {
     Ok(map)
 }
 
+/// `headers` with the current trace context (`telemetry::with_context`), as async-nats
+/// headers, for headers lent: without the `opentelemetry` feature they are read in place, not
+/// copied first.
+pub(crate) fn header_map_with_context(headers: &Headers) -> Result<HeaderMap, TransportError> {
+    #[cfg(feature = "opentelemetry")]
+    {
+        to_header_map(&crate::telemetry::with_context(headers.clone()))
+    }
+    #[cfg(not(feature = "opentelemetry"))]
+    {
+        to_header_map(headers)
+    }
+}
+
+/// A Core retry copy's count header, `crate::RETRY_COUNT_HEADER` (its home is `copies.rs`,
+/// which builds on the transport: the transport does not name it, a test checks the two agree).
+const RETRY_COUNT: &str = "x-ruststream-retry-count";
+
 /// The names the runtime writes on most messages, as async-nats names that point at the
 /// constant instead of copying it: `HeaderName::from_str` copies every name but those NATS
 /// defines itself (`Nats-Msg-Id` and the like).
@@ -40,7 +58,7 @@ fn known_name(name: &str) -> Option<HeaderName> {
     const KNOWN: [&str; 3] = [
         ruststream::codec::CONTENT_TYPE,
         ruststream::CORRELATION_ID_HEADER,
-        crate::RETRY_COUNT_HEADER,
+        RETRY_COUNT,
     ];
     KNOWN
         .into_iter()
@@ -64,6 +82,11 @@ pub fn from_header_map(map: Option<&HeaderMap>) -> Headers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_retry_count_header_is_the_copies_one() {
+        assert_eq!(RETRY_COUNT, crate::RETRY_COUNT_HEADER);
+    }
 
     #[test]
     fn the_names_the_runtime_writes_convert_like_any_other() {

@@ -228,7 +228,7 @@ impl Transport for NatsTransport {
     ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
         // Converted before the future is made, so that the boxed future is the publish's own
         // rather than an `async` block wrapping it (one state machine fewer to move).
-        match crate::telemetry::header_map_with_context(headers) {
+        match self::headers::header_map_with_context(headers) {
             Ok(headers) => Box::pin(self.stored(subject, headers, payload)),
             Err(err) => Box::pin(std::future::ready(Err(err))),
         }
