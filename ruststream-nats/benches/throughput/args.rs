@@ -64,6 +64,9 @@ pub enum Scenario {
     /// JetStream, each delivery's key claimed in a key-value bucket before the handler runs
     /// and recorded after its acknowledgement (`.idempotent_by(..)`).
     JsIdempotent,
+    /// JetStream with 1 ms of I/O per message, 16 at once, each key's messages in order
+    /// (ordering lanes: `.by_key(..)` against worker tasks per key written by hand).
+    JsLanes,
     /// Request/reply round trips, one at a time.
     Request,
     /// JetStream with 1 ms of I/O per message, at several concurrencies.

@@ -1,5 +1,6 @@
 //! The counter both sides call once per handled message.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::alloc::allocations;
-use crate::payload::{Order, SENTINEL_ID, now_ns};
+use crate::payload::{Order, SENTINEL_ID, lane_key, now_ns};
 
 /// What a counter records besides the count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,9 @@ pub enum Record {
     /// The time of the latest message (a burst that may lose some never reaches its target),
     /// and the end marker ([`SENTINEL_ID`]).
     Burst,
+    /// The window, and whether each key's ([`lane_key`]) orders arrived in published order
+    /// (their ids counting up): the ordering lanes' promise.
+    KeyOrder,
 }
 
 /// Counts handled messages; records the measured window (first to `target`-th message) and,
@@ -38,6 +42,10 @@ pub struct Counter {
     finished: AtomicBool,
     /// Burst: the end marker arrived.
     ended: AtomicBool,
+    /// Key order: each key's latest id.
+    latest_by_key: Mutex<HashMap<u64, u64>>,
+    /// Key order: orders that arrived after a later order of their key.
+    out_of_order: AtomicU64,
 }
 
 const PROGRESS_EVERY: u64 = 256;
@@ -57,12 +65,21 @@ impl Counter {
                 .then(|| Mutex::new(Vec::with_capacity(usize::try_from(target).unwrap_or(0)))),
             finished: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            latest_by_key: Mutex::new(HashMap::new()),
+            out_of_order: AtomicU64::new(0),
         })
     }
 
     pub fn hit(&self, order: &Order) {
         match self.record {
             Record::Window => {}
+            Record::KeyOrder => {
+                let mut latest = self.latest_by_key.lock().expect("not poisoned");
+                let previous = latest.insert(lane_key(order.id), order.id);
+                if previous.is_some_and(|previous| previous > order.id) {
+                    self.out_of_order.fetch_add(1, Ordering::AcqRel);
+                }
+            }
             Record::Latency => {
                 let latency = now_ns().saturating_sub(order.sent_ns);
                 if let Some(latencies) = &self.latencies {
@@ -109,7 +126,7 @@ impl Counter {
     pub fn complete(&self) -> bool {
         match self.record {
             Record::Burst => self.has_ended(),
-            Record::Window | Record::Latency => self.is_done(),
+            Record::Window | Record::Latency | Record::KeyOrder => self.is_done(),
         }
     }
 
@@ -129,6 +146,12 @@ impl Counter {
                 );
             }
         }
+    }
+
+    /// Key order: orders handled after a later order of their key (0 when every lane kept
+    /// its order).
+    pub fn out_of_order(&self) -> u64 {
+        self.out_of_order.load(Ordering::Acquire)
     }
 
     /// Messages per second over the window, and allocations per message.

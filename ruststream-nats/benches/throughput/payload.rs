@@ -59,6 +59,15 @@ pub fn order(id: u64, sent_ns: u64) -> Order {
 }
 
 /// `order(id, sent_ns)` as exactly [`PAYLOAD_BYTES`] of JSON (the note pads it).
+/// How many keys the ordering-lanes scenario spreads its orders over.
+pub const LANE_KEYS: u64 = 64;
+
+/// The ordering key of order `id` in the lanes scenario: consecutive ids have different keys,
+/// and each key has an order every [`LANE_KEYS`] ids.
+pub fn lane_key(id: u64) -> u64 {
+    id % LANE_KEYS
+}
+
 pub fn payload(id: u64, sent_ns: u64) -> Bytes {
     let mut value = order(id, sent_ns);
     let bare = serde_json::to_vec(&value).expect("encodes").len();

@@ -15,7 +15,9 @@ use ruststream_nats::JetStreamSubject;
 use crate::args::{Scenario, Side};
 use crate::counter::{Counter, Record};
 use crate::handlers::{CountAck, CountBatch, Reply, app};
-use crate::payload::{CoreReceipt, Order, RECEIPTS_STREAM, Receipt, StoredReceipt, payload};
+use crate::payload::{
+    CoreReceipt, Order, RECEIPTS_STREAM, Receipt, StoredReceipt, lane_key, payload,
+};
 use crate::publish::{self, fill_stream, fill_stream_with, unique};
 use crate::report::{Row, by_side};
 use crate::scenarios::{Bench, PATIENCE};
@@ -37,6 +39,11 @@ pub enum Work {
     /// Claim the order's id in a key-value bucket (create if absent) before handling, and
     /// record it as handled once acknowledged (RustStream: `.idempotent_by(..)`).
     Idempotent,
+    /// Await 1 ms of simulated I/O, each key's ([`lane_key`]) orders one at a time and in
+    /// order, different keys in parallel. RustStream: `.concurrency(n).by_key(..)`; raw: what
+    /// a service writes by hand, `n` worker tasks each owning the keys that hash to it, fed
+    /// in order by the reading loop.
+    Lanes,
 }
 
 /// The key-value bucket of an idempotent round's consumer `durable` (RustStream's default
@@ -45,7 +52,8 @@ fn bucket(durable: &str) -> String {
     ruststream::idempotency::default_bucket(durable)
 }
 
-const IO: Duration = Duration::from_millis(1);
+/// The simulated I/O of [`Work::Io`] and [`Work::Lanes`].
+pub const IO: Duration = Duration::from_millis(1);
 
 /// One consumer's round.
 pub struct Consume<'a> {
@@ -105,7 +113,7 @@ pub async fn round(
             let task = tokio::spawn(raw.run(messages, concurrency));
             let publisher = publish();
             counter.wait("raw JetStream", PATIENCE).await;
-            if concurrency > 1 {
+            if concurrency > 1 || work == Work::Lanes {
                 // The concurrent loop waits for a next message that may never come: stop it.
                 task.abort();
             }
@@ -129,6 +137,14 @@ pub async fn round(
                         counter: counter_for_app,
                         io: (work == Work::Io).then_some(IO),
                     })),
+                    Work::Lanes => {
+                        let registration = b.include(descriptor.handler(CountAck {
+                            counter: counter_for_app,
+                            io: Some(IO),
+                        }));
+                        registration.by_key(|order: &Order| lane_key(order.id));
+                        registration
+                    }
                     Work::Idempotent => {
                         let registration = b.include(descriptor.handler(CountAck {
                             counter: counter_for_app,
@@ -225,7 +241,7 @@ impl RawLoop {
                     .await
                     .expect("the stream stored the receipt");
             }
-            Work::Ack | Work::Batch(_) | Work::Idempotent => {}
+            Work::Ack | Work::Batch(_) | Work::Idempotent | Work::Lanes => {}
         }
         self.counter.hit(&order);
     }
@@ -277,6 +293,7 @@ impl RawLoop {
                     }
                 }
             }
+            Work::Lanes => super::lanes::raw(messages, concurrency, c).await,
             _ if concurrency == 1 => {
                 let mut messages = messages;
                 while let Some(message) = messages.next().await {
@@ -343,8 +360,9 @@ async fn stored_row(
     concurrency: usize,
     verify: bool,
 ) -> Row {
-    // Idempotency needs a key of its own per order: the ids count up.
-    let keyed = work == Work::Idempotent;
+    // Idempotency needs a key of its own per order, lanes keys that repeat in a known order:
+    // the ids count up.
+    let keyed = matches!(work, Work::Idempotent | Work::Lanes);
     let (stream, subject) = if keyed {
         (format!("BENCH_KEYED_{n}"), format!("bench.keyed.{n}"))
     } else {
@@ -366,8 +384,18 @@ async fn stored_row(
             concurrency,
         };
         async move {
-            let counter = Counter::new(n, Record::Window);
+            let record = if work == Work::Lanes {
+                Record::KeyOrder
+            } else {
+                Record::Window
+            };
+            let counter = Counter::new(n, record);
             round(bench.url, side, &consume, &counter, || None).await;
+            assert_eq!(
+                counter.out_of_order(),
+                0,
+                "{side:?}: orders of one key handled out of their published order"
+            );
             if verify {
                 verify_acked(bench.js, consume.stream, &consume.durable, n).await;
             }
@@ -433,6 +461,15 @@ pub async fn throughput(bench: &Bench<'_>) -> Vec<Row> {
         let n = args.messages(20_000);
         let title = "JetStream idempotent (key claimed and recorded in a KV bucket)".to_owned();
         rows.push(stored_row(bench, "js-idempotent", title, n, Work::Idempotent, 1, true).await);
+    }
+    if args.runs(Scenario::JsLanes) {
+        let n = args.messages(20_000);
+        let concurrency = 16;
+        let title = format!(
+            "JetStream 1 ms I/O, ordering lanes: concurrency {concurrency}, {} keys",
+            crate::payload::LANE_KEYS
+        );
+        rows.push(stored_row(bench, "js-lanes", title, n, Work::Lanes, concurrency, false).await);
     }
     rows
 }

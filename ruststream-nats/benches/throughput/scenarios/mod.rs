@@ -3,6 +3,7 @@
 
 pub mod burst;
 pub mod jetstream;
+pub mod lanes;
 pub mod latency;
 pub mod request;
 pub mod subscribe;
