@@ -92,6 +92,26 @@ impl<T: Send + 'static> crate::extract::Key for NotAKey<T> {
     }
 }
 
+pub use crate::registration::SubscriberFn;
+
+/// `<K as KeyChecked<{ is_key::<<K as Key>::Value>() }>>::Key`, which a `#[subscriber]` writes
+/// for every `Ctx<K>` it takes, is `K` for a key. For a type that is no key, the compiler
+/// reports `K: Key` once, at the handler's parameter, and the type is then an error it reports
+/// nowhere else (not in the function, not where the handler is mounted).
+pub trait KeyChecked<const CHECKED: bool> {
+    /// The key.
+    type Key: ?Sized;
+}
+
+impl<K: ?Sized> KeyChecked<true> for K {
+    type Key = K;
+}
+
+/// `true`; what the compiler checks is that `T` (a key's value type) is well-formed.
+pub const fn is_key<T: ?Sized>() -> bool {
+    true
+}
+
 /// What a handler without `reply` may return.
 #[diagnostic::on_unimplemented(
     message = "a subscriber returns `()`, `HandlerOutcome`, `Result<(), HandlerOutcome>` or `Result<(), E>` with `E: std::error::Error`, not `{Self}`",

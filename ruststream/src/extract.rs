@@ -170,6 +170,9 @@ impl Key for MessageHeaders {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct State<T>(pub T);
 
+// Not recommended: a parameter that is not an extractor is told what extractors are (in
+// `FromContext`'s label), not shown this impl.
+#[diagnostic::do_not_recommend]
 impl<T: FromRef<S>, S> FromContext<S> for State<T> {
     fn from_context(_ctx: &Context<'_>, state: &S) -> Result<Self, Rejection> {
         Ok(State(T::from_ref(state)))

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::middleware::Middleware;
-use crate::registration::{Mount, Registration};
+use crate::registration::{Is, Mount, Registration};
 
 /// Registrations grouped under a subject prefix, with middleware shared by all of them, mounted
 /// on a broker with `b.include_router(router)` (or into another router).
@@ -76,8 +76,12 @@ impl<S> Router<S> {
     }
 
     /// Mounts a handler in the router; returns the registration, to chain its policy.
-    pub fn include<M: Mount<S, Marker>, Marker>(&mut self, subscriber: M) -> &mut Registration<S> {
-        self.registrations.push(subscriber.mount());
+    // As `Scope::include`, for the same errors.
+    pub fn include<M: Is<H>, H: Mount<S, Marker>, Marker>(
+        &mut self,
+        subscriber: M,
+    ) -> &mut Registration<S> {
+        self.registrations.push(subscriber.itself().mount());
         let last = self.registrations.len() - 1;
         &mut self.registrations[last]
     }

@@ -1,5 +1,6 @@
 //! The code a checked `#[subscriber]` becomes: a struct and a `static` named after the function,
-//! its `Handle` (or `HandleBatch`) impl wrapping the function, and its `Mount` impl.
+//! its `Handle` (or `HandleBatch`) impl wrapping the function, and its `SubscriberFn` impl (which
+//! makes it a `Mount`).
 //!
 //! Type problems the macro cannot see (a payload that does not decode, a reply that is not
 //! `Outgoing`, an extractor that is not one) are left to the compiler, through calls and bounds
@@ -44,15 +45,15 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
         })
         .collect();
     // `Ty: FromContext<__S>`, spanned over `Ty`: a failing one names the parameter. For
-    // `State<T>`, `T: FromRef<__S>`, and for `Ctx<K>`, `K: Key`, which they come down to: the
-    // error is one step shorter.
+    // `State<T>`, `T: FromRef<__S>`, which it comes down to: the error is one step shorter.
+    // `Ctx<K>` has none: `K: Key` does not depend on the state, and is checked where the
+    // handler is defined (see `checked_ctx`).
     let extractor_bounds: Vec<TokenStream> = extractors
         .iter()
+        .filter(|ty| argument_of(ty, "Ctx").is_none())
         .map(|ty| {
             if let Some(part) = argument_of(ty, "State") {
                 bound_over(ty, part, &quote!(::ruststream::FromRef), &quote!(<__S>))
-            } else if let Some(key) = argument_of(ty, "Ctx") {
-                key_bound(ty, key)
             } else {
                 bound(ty, &quote!(::ruststream::FromContext), &quote!(<__S>))
             }
@@ -93,12 +94,13 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
     let close = quote_spanned!(last=> , #outs, __S, Self>);
     let register_call = quote!(#open #payload #close);
     let registration = name.unraw().to_string();
+    // `SubscriberFn`, which makes it a `Mount` (see that trait for why not `Mount` itself).
     // Spanned at the function's name: an extractor this app's state cannot give is reported
-    // as "required for `name` to implement `Mount`" at that one line.
+    // as "required for `name` to implement `SubscriberFn`" at that one line.
     let mount = quote_spanned! {name.span()=>
         #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
-            ::ruststream::Mount<__S, ()> for #name
+            ::ruststream::__private::SubscriberFn<__S> for #name
         where
             #(#extractor_bounds,)*
         {
@@ -195,17 +197,32 @@ fn bound(ty: &Type, trait_path: &TokenStream, args: &TokenStream) -> TokenStream
     quote!(#ty: #path #args)
 }
 
-/// `for<'__k> K: Key` for an extractor `Ctx<K>`, spanned over `Ctx<K>`.
+/// `Ctx<K>` as the generated code writes it (in the function's signature and the extractor's
+/// call): `Ctx<<K as KeyChecked<{ is_key::<<K as Key>::Value>() }>>::Key>`, which is `Ctx<K>`
+/// for a key.
 ///
-/// Higher-ranked (over a lifetime it does not use) so that it is not a bound without generic
-/// parameters: the compiler reports such a bound that does not hold at every item that states
-/// it (the impls, the function), besides the `include` that needs it. This one it assumes
-/// where it is stated, so a `K` that is no key is reported once, where the handler is mounted.
-fn key_bound(ty: &Type, key: &Type) -> TokenStream {
-    let (first, _) = first_last(ty);
-    let binder = quote_spanned!(first=> for<'__k>);
-    let bound = bound_over(ty, key, &quote!(::ruststream::Key), &TokenStream::new());
-    quote!(#binder #bound)
+/// For a `K` that is no key, the constant is where the compiler reports it, once (the same
+/// error at the same span is shown once), at `K` in the handler's parameter; the type is then
+/// an error, which the compiler reports nowhere else: not in the function's body, not at the
+/// `include` that mounts the handler. `None` for a type that is not `Ctx<K>`.
+fn checked_ctx(ty: &Type) -> Option<Type> {
+    let key = argument_of(ty, "Ctx")?;
+    let (first, _) = first_last(key);
+    let checked = quote_spanned! {first=>
+        <#key as ::ruststream::__private::KeyChecked<{
+            ::ruststream::__private::is_key::<<#key as ::ruststream::Key>::Value>()
+        }>>::Key
+    };
+    let mut out = super::parse::strip(ty).clone();
+    if let Type::Path(path) = &mut out
+        && let Some(segment) = path.path.segments.last_mut()
+        && let syn::PathArguments::AngleBracketed(args) = &mut segment.arguments
+        && let Some(syn::GenericArgument::Type(arg)) = args.args.first_mut()
+    {
+        *arg = syn::parse2(checked).ok()?;
+        return Some(out);
+    }
+    None
 }
 
 /// `T` of an extractor written `State<T>` (`wrapper` `"State"`) or `Ctx<T>` (`"Ctx"`).
@@ -307,6 +324,8 @@ fn arguments(
             Arg::Extract(ty) => {
                 let var = format_ident!("__a{}", i);
                 let rejected = reject(quote!(__outcome));
+                let checked = checked_ctx(ty);
+                let ty = checked.as_ref().unwrap_or(ty);
                 extracts.push(quote! {
                     let #var = match ::ruststream::__private::#extract::<#ty, __S>(__ctx, __state) {
                         ::core::result::Result::Ok(__value) => __value,
@@ -346,13 +365,13 @@ fn check_call(function: TokenStream, ty: &Type, args: TokenStream) -> TokenStrea
 fn inner_fn(h: &Handler) -> TokenStream {
     let attrs = h.fn_attrs();
     let mut sig = h.item.sig.clone();
-    // `K: Key` for every `Ctx<K>` parameter (see `key_bound`): `Ctx<K>` is well-formed in the
-    // signature and the body, and a `K` that is no key is reported once, at the `include`.
-    let keys = key_bounds(h);
-    if !keys.is_empty() {
-        let clause = sig.generics.make_where_clause();
-        for key in keys {
-            clause.predicates.push(syn::parse_quote!(#key));
+    // Every `Ctx<K>` parameter as `checked_ctx` writes it: a `K` that is no key is reported
+    // once, at the parameter, and not again by the body's uses of the value.
+    for input in &mut sig.inputs {
+        if let syn::FnArg::Typed(typed) = input
+            && let Some(checked) = checked_ctx(&typed.ty)
+        {
+            *typed.ty = checked;
         }
     }
     let block = &h.item.block;
@@ -360,21 +379,6 @@ fn inner_fn(h: &Handler) -> TokenStream {
         #(#attrs)*
         #sig #block
     }
-}
-
-/// `K: KeyIn<__S>` for every `Ctx<K>` parameter of the function.
-fn key_bounds(h: &Handler) -> Vec<TokenStream> {
-    h.item
-        .sig
-        .inputs
-        .iter()
-        .filter_map(|input| match input {
-            syn::FnArg::Typed(typed) => {
-                argument_of(&typed.ty, "Ctx").map(|key| key_bound(&typed.ty, key))
-            }
-            syn::FnArg::Receiver(_) => None,
-        })
-        .collect()
 }
 
 /// The handler value that carries the function's name, visibility and docs: a field-less struct
@@ -408,7 +412,7 @@ fn value_struct(h: &Handler) -> TokenStream {
 }
 
 /// What a subscriber with errors becomes: the errors, the handler value (so that uses of the
-/// name do not add errors of their own), a `Mount` impl that is never run, and the function,
+/// name do not add errors of their own), a `SubscriberFn` impl that is never run, and the function,
 /// out of the way, so that errors in its body still show.
 pub fn fallback(h: &Handler, errors: syn::Error) -> TokenStream {
     let errors = errors.to_compile_error();
@@ -452,7 +456,7 @@ pub fn fallback(h: &Handler, errors: syn::Error) -> TokenStream {
 
         #(#cfgs)*
         #[automatically_derived]
-        impl<__S> ::ruststream::Mount<__S, ()> for #name {
+        impl<__S> ::ruststream::__private::SubscriberFn<__S> for #name {
             fn mount(self) -> ::ruststream::Registration<__S> {
                 ::core::unreachable!("`#[subscriber]` reported an error at compile time")
             }

@@ -17,7 +17,7 @@ use crate::broker::{Broker, Env, RunningBroker};
 use crate::codec::Format;
 use crate::error::{Error, ErrorKind};
 use crate::middleware::Middleware;
-use crate::registration::{Mount, Registration, RegistrationInfo};
+use crate::registration::{Is, Mount, Registration, RegistrationInfo};
 use crate::router::Router;
 
 /// The registrations of one broker, as the `with_broker` closure receives them.
@@ -36,9 +36,13 @@ impl<S> fmt::Debug for Scope<S> {
 impl<S> Scope<S> {
     /// Mounts a `#[subscriber]` function or a descriptor with a handler; returns the
     /// registration, to chain `.max_attempts(..)`, `.dead_letter(..)`, `.retry_to(..)`.
-    // The bound is written inline: an error quotes this one line.
-    pub fn include<M: Mount<S, Marker>, Marker>(&mut self, subscriber: M) -> &mut Registration<S> {
-        self.registrations.push(subscriber.mount());
+    // The bounds are written inline: an error quotes this one line. `M: Is<H>` makes `H` the
+    // argument's type under another name (see `Is`).
+    pub fn include<M: Is<H>, H: Mount<S, Marker>, Marker>(
+        &mut self,
+        subscriber: M,
+    ) -> &mut Registration<S> {
+        self.registrations.push(subscriber.itself().mount());
         let last = self.registrations.len() - 1;
         &mut self.registrations[last]
     }

@@ -39,13 +39,45 @@ impl<D: fmt::Debug, H> fmt::Debug for WithHandler<D, H> {
 /// handler. `Marker` only tells the impls apart.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be mounted in an app whose state is `{S}`",
-    label = "not a subscriber of this app",
+    label = "its argument is not a subscriber of this app",
     note = "mount an `async fn` marked `#[subscriber(..)]`, or a descriptor with a handler: `CoreSubject::new(\"subject\").handler(MyHandler)`",
     note = "a manual handler implements `Handle<Payload, Outs, {S}>` for this app's state `{S}`, or for any state: `impl<S: Send + Sync + 'static> Handle<Payload, (), S> for MyHandler`"
 )]
 pub trait Mount<S, Marker>: Sized {
     /// The registration.
     fn mount(self) -> Registration<S>;
+}
+
+/// What `#[subscriber]` implements for the value named after the function: its registration
+/// in an app whose state is `S`. Every such value is a [`Mount`] through the one impl below.
+///
+/// The extractors' bounds sit on the generated impl of this trait, not on a `Mount` impl: when
+/// one fails at `b.include(..)`, the compiler then has no `Mount` impl of the handler to show
+/// as "implemented for" it, and the error stays the extractor's (see `tests/ui`).
+pub trait SubscriberFn<S>: Sized {
+    /// The registration.
+    fn mount(self) -> Registration<S>;
+}
+
+impl<S, H: SubscriberFn<S>> Mount<S, ()> for H {
+    fn mount(self) -> Registration<S> {
+        SubscriberFn::mount(self)
+    }
+}
+
+/// `T: Is<U>` holds for `U = T` only: `b.include(x)` takes `x: M` and requires `H: Mount` of
+/// `H`, the same type under another name. A `Mount` bound that fails is then not tied to the
+/// argument, and the compiler's error points at `include` without its two-line "required by a
+/// bound introduced by this call" label (see `tests/ui`).
+pub trait Is<T> {
+    /// `self`, as `T`.
+    fn itself(self) -> T;
+}
+
+impl<T> Is<T> for T {
+    fn itself(self) -> T {
+        self
+    }
 }
 
 /// Marks a single-message manual handler mount.
