@@ -448,15 +448,34 @@ pub fn install_tracing() {
 
 /// [`install_tracing`] writing `format`.
 pub fn install_tracing_as(format: LogFormat) {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let colors = std::io::stdout().is_terminal();
+    let _ = log_subscriber(format, std::io::stdout, colors).try_init();
+}
+
+/// The subscriber [`install_tracing_as`] installs, writing its lines to `writer`: `RUST_LOG`
+/// (`info` when unset) and the `fmt` layer in `format`, with colors (ANSI escapes) when `colors`
+/// (the generated `main`: when standard output is a terminal; a file or a pipe gets plain
+/// text). The benchmark's `--telemetry` installs this one, writing to nowhere without colors.
+pub fn log_subscriber<W>(format: LogFormat, writer: W, colors: bool) -> tracing::Dispatch
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = match format {
-        LogFormat::Human => tracing_subscriber::fmt().with_env_filter(filter).try_init(),
-        LogFormat::Json => tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(colors)
+        .with_writer(writer);
+    match format {
+        LogFormat::Human => builder.finish().into(),
+        LogFormat::Json => builder
             .json()
             .with_current_span(true)
             .with_span_list(true)
-            .with_env_filter(filter)
-            .try_init(),
-    };
+            .fmt_fields(super::log_fields::JsonSpanFields)
+            .finish()
+            .into(),
+    }
 }
