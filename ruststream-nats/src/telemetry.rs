@@ -17,27 +17,62 @@
 //!   `messaging.nats.stream`, and `messaging.message.body.size`. They go to the OpenTelemetry
 //!   span directly, so a log formatter never formats them.
 //!
+//! When the installed log subscriber asks for it (the generated `main`'s, which leaves the span
+//! out of its lines), the delivery's [`DeliveryLog`] is kept in the handler's task while it runs:
+//! its lines name the delivery without the span being formatted.
+//!
 //! The handler's events, and the settlement's, happen inside it. The subject, the registration's
 //! name, the outcome and what was sent are recorded as `Display` values: a log formatter writes
 //! them as they are, where a `&str` is written with `Debug` (quoted, each character checked for
-//! escaping: most of what a formatted span cost). None of them needs escaping (a NATS subject
-//! has no whitespace or quotes); the message id, which the publisher chooses, is a `&str`.
+//! escaping: most of what a formatted span cost); a subject or a name that is not plain printable
+//! ASCII is still quoted and escaped ([`Plain`]). The message id, which the publisher chooses, is
+//! a `&str`.
 
 use std::fmt;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use ruststream::registration::Handled;
 use ruststream::settle::{Decision, Settle};
-use ruststream::telemetry::{HandlerMetrics, outcome_label};
+use ruststream::telemetry::{DeliveryLog, HandlerMetrics, Plain, outcome_label};
 use ruststream::{Delivery, Endpoint};
 use std::time::Instant;
 use tracing::Instrument;
 
 use crate::jetstream_info::JetStreamInfo;
 
+/// A delivery's span, and what the generated `main`'s log lines say about the delivery when
+/// its subscriber asks for that instead of the span ([`DeliveryLog`]).
+pub(crate) struct DeliverySpan {
+    span: tracing::Span,
+    /// Taken by [`observed`] (a lock nobody else takes: the span is shared, not the log).
+    log: Mutex<Option<DeliveryLog>>,
+}
+
+impl std::ops::Deref for DeliverySpan {
+    type Target = tracing::Span;
+
+    fn deref(&self) -> &tracing::Span {
+        &self.span
+    }
+}
+
 /// The span of one delivery, with the fields known before the handler runs.
-pub(crate) fn delivery_span(endpoint: &Endpoint, delivery: &Delivery) -> tracing::Span {
+pub(crate) fn delivery_span(endpoint: &Endpoint, delivery: &Delivery) -> DeliverySpan {
     let js = delivery.extension::<JetStreamInfo>();
+    let log = DeliveryLog::wanted().then(|| DeliveryLog {
+        subject: Arc::clone(delivery.subject_arc()),
+        registration: Arc::clone(endpoint.name_arc()),
+        stream_sequence: js.map(|js| js.stream_sequence),
+        delivered: delivery.delivered(),
+    });
+    DeliverySpan {
+        span: span_of(endpoint, delivery, js),
+        log: Mutex::new(log),
+    }
+}
+
+fn span_of(endpoint: &Endpoint, delivery: &Delivery, js: Option<&JetStreamInfo>) -> tracing::Span {
     let span = tracing::info_span!(
         "ruststream.delivery",
         messaging.destination.name = %Plain(delivery.subject()),
@@ -66,25 +101,6 @@ pub(crate) fn delivery_span(endpoint: &Endpoint, delivery: &Delivery) -> tracing
         otel::adopt_parent(&span, delivery);
     }
     span
-}
-
-/// A name written as it is when it is plain (printable ASCII, no quote, no backslash: every
-/// subject and registration name in practice), otherwise quoted and escaped as `Debug` writes
-/// it, so that no subject a publisher picks can forge a log line or a terminal escape.
-struct Plain<'a>(&'a str);
-
-impl fmt::Display for Plain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self
-            .0
-            .bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
-        {
-            f.write_str(self.0)
-        } else {
-            write!(f, "{:?}", self.0)
-        }
-    }
 }
 
 /// What was sent to the server for a decision: `+ACK`, `-NAK`, `+TERM`, `nothing`, with
@@ -128,7 +144,7 @@ impl Decided for Vec<(Handled, Decision)> {
 /// the registration's metrics; records the outcomes on the span (only when a subscriber
 /// listens to it: nothing is formatted otherwise).
 pub(crate) async fn observed<T: Decided>(
-    span: &tracing::Span,
+    span: &DeliverySpan,
     metrics: &HandlerMetrics,
     deliveries: usize,
     dispatch: impl Future<Output = T>,
@@ -139,7 +155,12 @@ pub(crate) async fn observed<T: Decided>(
     // The system clock, not tokio's: the handler's real duration, and cheaper where tokio's
     // clock can be paused (its `test-util`), which looks the runtime's clock up on every read.
     let began = Instant::now();
-    let decided = dispatch.instrument(span.clone()).await;
+    let dispatch = dispatch.instrument(span.span.clone());
+    let log = span.log.lock().ok().and_then(|mut log| log.take());
+    let decided = match log {
+        Some(log) => log.scope(dispatch).await,
+        None => dispatch.await,
+    };
     let took = began.elapsed();
     let each = decided.each();
     for (handled, _) in each {
@@ -164,7 +185,7 @@ pub(crate) async fn observed<T: Decided>(
 /// The span of one batch handler call (`messaging.batch.message_count`, and for the
 /// OpenTelemetry layer `process <subject>` and the constant attributes); its deliveries'
 /// settlements happen inside it.
-pub(crate) fn batch_span(endpoint: &Endpoint, deliveries: &[&Delivery]) -> tracing::Span {
+pub(crate) fn batch_span(endpoint: &Endpoint, deliveries: &[&Delivery]) -> DeliverySpan {
     let subject = &endpoint.info().descriptor.subject;
     let span = tracing::info_span!(
         "ruststream.batch",
@@ -178,7 +199,10 @@ pub(crate) fn batch_span(endpoint: &Endpoint, deliveries: &[&Delivery]) -> traci
     if otel::exported(&span) {
         otel::describe(&span, subject, None, None, None);
     }
-    span
+    DeliverySpan {
+        span,
+        log: Mutex::new(None),
+    }
 }
 
 /// The W3C trace context header.
@@ -325,20 +349,5 @@ mod otel {
             assert!(parse("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").is_none());
             assert!(parse("garbage").is_none());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Plain;
-
-    #[test]
-    fn plain_names_are_written_as_they_are_and_the_others_escaped() {
-        assert_eq!(Plain("orders.created").to_string(), "orders.created");
-        assert_eq!(Plain("orders.>").to_string(), "orders.>");
-        assert_eq!(Plain("a b").to_string(), "\"a b\"");
-        assert_eq!(Plain("evil\u{1b}[31m").to_string(), "\"evil\\u{1b}[31m\"");
-        assert_eq!(Plain("quo\"te").to_string(), "\"quo\\\"te\"");
-        assert_eq!(Plain("").to_string(), "");
     }
 }

@@ -462,20 +462,37 @@ pub fn log_subscriber<W>(format: LogFormat, writer: W, colors: bool) -> tracing:
 where
     W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    use super::log_fields::{DELIVERY_SPAN, HumanLines, JsonLines, JsonSpanFields};
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // The delivery span is left out of the lines: they carry the `DeliveryLog` the brokers make
+    // for this subscriber instead (`ruststream::telemetry::DeliveryLog`).
+    crate::delivery_log::DeliveryLog::want();
+    let not_the_delivery_span = tracing_subscriber::filter::filter_fn(|meta| {
+        !(meta.is_span() && meta.name() == DELIVERY_SPAN)
+    });
+    let layer = tracing_subscriber::fmt::layer()
         .with_ansi(colors)
         .with_writer(writer);
+    // A global filter, not the `fmt` layer's own: the span is then not made at all (a
+    // per-layer filter keeps the registry's span and leaves only its formatting out).
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(not_the_delivery_span);
     match format {
-        LogFormat::Human => builder.finish().into(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .fmt_fields(super::log_fields::JsonSpanFields)
-            .finish()
+        LogFormat::Human => registry.with(layer.map_event_format(HumanLines)).into(),
+        LogFormat::Json => registry
+            .with(
+                layer
+                    .json()
+                    .with_current_span(true)
+                    .with_span_list(true)
+                    .fmt_fields(JsonSpanFields)
+                    .map_event_format(JsonLines),
+            )
             .into(),
     }
 }

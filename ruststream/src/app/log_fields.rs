@@ -1,4 +1,5 @@
-//! How the generated `main`'s JSON log lines write span fields: as a JSON object, each value
+//! How the generated `main`'s log lines are written: the delivery being handled
+//! ([`DeliveryLog`]) in each line written while its handler runs, and (JSON) span fields: as a JSON object, each value
 //! as it comes, with no map of `serde_json::Value`s in between. A field recorded later (the
 //! delivery span's outcome) is appended to the object, where `tracing_subscriber`'s
 //! `JsonFields` parses the object back and writes it again: the delivery span records once
@@ -12,9 +13,105 @@ use std::fmt::{self, Write as _};
 
 use tracing::field::{Field, Visit};
 use tracing::span::Record;
+use tracing::{Event, Subscriber};
 use tracing_subscriber::field::RecordFields;
-use tracing_subscriber::fmt::FormattedFields;
-use tracing_subscriber::fmt::format::{FormatFields, Writer};
+use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
+use tracing_subscriber::fmt::time::FormatTime as _;
+use tracing_subscriber::fmt::{FmtContext, FormattedFields};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::delivery_log::{DeliveryLog, Plain};
+
+/// The name the delivery span has, which the generated `main`'s lines leave out (they write the
+/// [`DeliveryLog`] instead).
+pub(crate) const DELIVERY_SPAN: &str = "ruststream.delivery";
+
+/// Human lines: `tracing_subscriber`'s (`Full`), and while a handler runs, the same layout
+/// with the delivery before the spans, written as the `fmt` layer writes a span:
+/// `2026-11-30T21:40:02.118123Z  INFO ruststream.delivery{messaging.destination.name=…
+/// ruststream.registration=…}: payments: payment captured id=12`.
+pub(crate) struct HumanLines<E>(pub(crate) E);
+
+impl<S, N, E> FormatEvent<S, N> for HumanLines<E>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    E: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let Some(delivery) = DeliveryLog::with_current(Clone::clone) else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let meta = event.metadata();
+        tracing_subscriber::fmt::time::SystemTime.format_time(&mut writer)?;
+        write!(writer, " {:>5} {delivery}:", meta.level().as_str())?;
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                writer.write_str(span.metadata().name())?;
+                let extensions = span.extensions();
+                if let Some(fields) = extensions.get::<FormattedFields<N>>()
+                    && !fields.is_empty()
+                {
+                    write!(writer, "{{{fields}}}")?;
+                }
+                writer.write_char(':')?;
+            }
+        }
+        write!(writer, " {}: ", meta.target())?;
+        ctx.format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
+
+/// JSON lines: `tracing_subscriber`'s, and while a handler runs, a `delivery` object with the
+/// delivery's fields (`messaging.destination.name`, `messaging.nats.stream_sequence`,
+/// `messaging.nats.delivered`, `ruststream.registration`).
+pub(crate) struct JsonLines<E>(pub(crate) E);
+
+impl<S, N, E> FormatEvent<S, N> for JsonLines<E>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    E: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let Some(delivery) = DeliveryLog::with_current(Clone::clone) else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        let object = line.trim_end();
+        let Some(open) = object.strip_suffix('}') else {
+            return writer.write_str(&line);
+        };
+        let comma = if open.ends_with('{') { "" } else { "," };
+        write!(
+            writer,
+            "{open}{comma}\"delivery\":{{\"messaging.destination.name\":\""
+        )?;
+        write!(Escaped(&mut writer), "{}", Plain(&delivery.subject))?;
+        writer.write_char('"')?;
+        if let Some(sequence) = delivery.stream_sequence {
+            write!(writer, ",\"messaging.nats.stream_sequence\":{sequence}")?;
+        }
+        if let Some(delivered) = delivery.delivered {
+            write!(writer, ",\"messaging.nats.delivered\":{delivered}")?;
+        }
+        writer.write_str(",\"ruststream.registration\":\"")?;
+        write!(Escaped(&mut writer), "{}", Plain(&delivery.registration))?;
+        writer.write_str("\"}}\n")
+    }
+}
 
 /// The span fields of JSON lines (see the module).
 #[derive(Debug, Clone, Copy, Default)]
@@ -172,6 +269,7 @@ mod tests {
     use tracing_subscriber::fmt::MakeWriter;
 
     use super::*;
+    use crate::delivery_log::DeliveryLog;
 
     #[derive(Clone, Default)]
     struct Lines(Arc<Mutex<Vec<u8>>>);
@@ -226,6 +324,71 @@ mod tests {
             String::from_utf8(lines.0.lock().expect("not poisoned").clone()).expect("UTF-8 lines");
         let line: serde_json::Value = serde_json::from_str(text.trim()).expect("a JSON line");
         line["span"].clone()
+    }
+
+    /// The lines the generated `main`'s subscriber writes for an event inside a handler (the
+    /// delivery current, a span of the handler's own open) and one outside.
+    async fn lines_of(format: crate::app::cli::LogFormat) -> Vec<String> {
+        let lines = Lines::default();
+        let subscriber = crate::app::cli::log_subscriber(format, lines.clone(), false);
+        let _guard = tracing::dispatcher::set_default(&subscriber);
+        let delivery = DeliveryLog {
+            subject: "orders.created".into(),
+            registration: "orders".into(),
+            stream_sequence: Some(7),
+            delivered: Some(2),
+        };
+        delivery
+            .scope(async {
+                let _inner = tracing::info_span!("charge", card = "visa").entered();
+                tracing::info!(order = 1, "handling the order");
+            })
+            .await;
+        tracing::info!("outside");
+        let text =
+            String::from_utf8(lines.0.lock().expect("not poisoned").clone()).expect("UTF-8 lines");
+        text.lines().map(str::to_owned).collect()
+    }
+
+    #[tokio::test]
+    async fn a_line_written_while_a_handler_runs_names_its_delivery() {
+        let human = lines_of(crate::app::cli::LogFormat::Human).await;
+        assert_eq!(human.len(), 2, "{human:?}");
+        assert!(
+            human[0].ends_with(
+                " INFO ruststream.delivery{messaging.destination.name=orders.created messaging.nats.stream_sequence=7 messaging.nats.delivered=2 ruststream.registration=orders}:charge{card=\"visa\"}: ruststream::app::log_fields::tests: handling the order order=1"
+            ),
+            "{human:?}"
+        );
+        assert!(
+            human[1].ends_with(" INFO ruststream::app::log_fields::tests: outside"),
+            "{human:?}"
+        );
+        let json = lines_of(crate::app::cli::LogFormat::Json).await;
+        let line: serde_json::Value = serde_json::from_str(&json[0]).expect("a JSON line");
+        assert_eq!(line["fields"]["message"], "handling the order", "{line}");
+        assert_eq!(line["span"]["card"], "visa", "{line}");
+        let delivery = &line["delivery"];
+        assert_eq!(delivery["messaging.destination.name"], "orders.created");
+        assert_eq!(delivery["messaging.nats.stream_sequence"], 7);
+        assert_eq!(delivery["messaging.nats.delivered"], 2);
+        assert_eq!(delivery["ruststream.registration"], "orders");
+        let outside: serde_json::Value = serde_json::from_str(&json[1]).expect("a JSON line");
+        assert!(outside.get("delivery").is_none(), "{outside}");
+    }
+
+    #[test]
+    fn the_generated_mains_subscriber_makes_no_delivery_span() {
+        for format in [
+            crate::app::cli::LogFormat::Human,
+            crate::app::cli::LogFormat::Json,
+        ] {
+            let subscriber = crate::app::cli::log_subscriber(format, Lines::default(), false);
+            tracing::dispatcher::with_default(&subscriber, || {
+                assert!(tracing::info_span!("ruststream.delivery", n = 1).is_disabled());
+                assert!(!tracing::info_span!("charge", n = 1).is_disabled());
+            });
+        }
     }
 
     #[test]
