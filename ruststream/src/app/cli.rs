@@ -464,7 +464,7 @@ where
 {
     use tracing_subscriber::layer::SubscriberExt as _;
 
-    use super::log_fields::{DELIVERY_SPAN, HumanLines, JsonLines, JsonSpanFields};
+    use super::log_fields::{DELIVERY_SPAN, DeliveryLines, JsonSpanFields};
 
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -483,7 +483,9 @@ where
         .with(filter)
         .with(not_the_delivery_span);
     match format {
-        LogFormat::Human => registry.with(layer.map_event_format(HumanLines)).into(),
+        LogFormat::Human => registry
+            .with(layer.map_event_format(|inner| DeliveryLines { inner, json: false }))
+            .into(),
         LogFormat::Json => registry
             .with(
                 layer
@@ -491,7 +493,7 @@ where
                     .with_current_span(true)
                     .with_span_list(true)
                     .fmt_fields(JsonSpanFields)
-                    .map_event_format(JsonLines),
+                    .map_event_format(|inner| DeliveryLines { inner, json: true }),
             )
             .into(),
     }

@@ -26,13 +26,19 @@ use crate::delivery_log::{DeliveryLog, Plain};
 /// [`DeliveryLog`] instead).
 pub(crate) const DELIVERY_SPAN: &str = "ruststream.delivery";
 
-/// Human lines: `tracing_subscriber`'s (`Full`), and while a handler runs, the same layout
-/// with the delivery before the spans, written as the `fmt` layer writes a span:
-/// `2026-11-30T21:40:02.118123Z  INFO ruststream.delivery{messaging.destination.name=…
-/// ruststream.registration=…}: payments: payment captured id=12`.
-pub(crate) struct HumanLines<E>(pub(crate) E);
+/// The generated `main`'s lines: `tracing_subscriber`'s (`E`), and while a handler runs, with
+/// its delivery:
+///
+/// - human: the same layout with the delivery before the spans, written as the `fmt` layer
+///   writes a span: `2026-11-30T21:40:02.118123Z  INFO ruststream.delivery{messaging.destination.name=…
+///   ruststream.registration=…}: payments: payment captured id=12`;
+/// - JSON: a `delivery` object with the same fields.
+pub(crate) struct DeliveryLines<E> {
+    pub(crate) inner: E,
+    pub(crate) json: bool,
+}
 
-impl<S, N, E> FormatEvent<S, N> for HumanLines<E>
+impl<S, N, E> FormatEvent<S, N> for DeliveryLines<E>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
@@ -45,8 +51,14 @@ where
         event: &Event<'_>,
     ) -> fmt::Result {
         let Some(delivery) = DeliveryLog::with_current(Clone::clone) else {
-            return self.0.format_event(ctx, writer, event);
+            return self.inner.format_event(ctx, writer, event);
         };
+        if self.json {
+            let mut line = String::new();
+            self.inner
+                .format_event(ctx, Writer::new(&mut line), event)?;
+            return json_line(&line, &delivery, writer);
+        }
         let meta = event.metadata();
         tracing_subscriber::fmt::time::SystemTime.format_time(&mut writer)?;
         write!(writer, " {:>5} {delivery}:", meta.level().as_str())?;
@@ -68,49 +80,27 @@ where
     }
 }
 
-/// JSON lines: `tracing_subscriber`'s, and while a handler runs, a `delivery` object with the
-/// delivery's fields (`messaging.destination.name`, `messaging.nats.stream_sequence`,
-/// `messaging.nats.delivered`, `ruststream.registration`).
-pub(crate) struct JsonLines<E>(pub(crate) E);
-
-impl<S, N, E> FormatEvent<S, N> for JsonLines<E>
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-    E: FormatEvent<S, N>,
-{
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, N>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
-        let Some(delivery) = DeliveryLog::with_current(Clone::clone) else {
-            return self.0.format_event(ctx, writer, event);
-        };
-        let mut line = String::new();
-        self.0.format_event(ctx, Writer::new(&mut line), event)?;
-        let object = line.trim_end();
-        let Some(open) = object.strip_suffix('}') else {
-            return writer.write_str(&line);
-        };
-        let comma = if open.ends_with('{') { "" } else { "," };
-        write!(
-            writer,
-            "{open}{comma}\"delivery\":{{\"messaging.destination.name\":\""
-        )?;
-        write!(Escaped(&mut writer), "{}", Plain(&delivery.subject))?;
-        writer.write_char('"')?;
-        if let Some(sequence) = delivery.stream_sequence {
-            write!(writer, ",\"messaging.nats.stream_sequence\":{sequence}")?;
-        }
-        if let Some(delivered) = delivery.delivered {
-            write!(writer, ",\"messaging.nats.delivered\":{delivered}")?;
-        }
-        writer.write_str(",\"ruststream.registration\":\"")?;
-        write!(Escaped(&mut writer), "{}", Plain(&delivery.registration))?;
-        writer.write_str("\"}}\n")
+/// `line` (a JSON object) with `delivery` added as its `delivery` object.
+fn json_line(line: &str, delivery: &DeliveryLog, mut writer: Writer<'_>) -> fmt::Result {
+    let Some(open) = line.trim_end().strip_suffix('}') else {
+        return writer.write_str(line);
+    };
+    let comma = if open.ends_with('{') { "" } else { "," };
+    write!(
+        writer,
+        "{open}{comma}\"delivery\":{{\"messaging.destination.name\":\""
+    )?;
+    write!(Escaped(&mut writer), "{}", Plain(&delivery.subject))?;
+    writer.write_char('"')?;
+    if let Some(sequence) = delivery.stream_sequence {
+        write!(writer, ",\"messaging.nats.stream_sequence\":{sequence}")?;
     }
+    if let Some(delivered) = delivery.delivered {
+        write!(writer, ",\"messaging.nats.delivered\":{delivered}")?;
+    }
+    writer.write_str(",\"ruststream.registration\":\"")?;
+    write!(Escaped(&mut writer), "{}", Plain(&delivery.registration))?;
+    writer.write_str("\"}}\n")
 }
 
 /// The span fields of JSON lines (see the module).
