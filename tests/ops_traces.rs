@@ -100,9 +100,14 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
 async fn each_delivery_has_a_span_with_the_messaging_attributes_and_the_handlers_events() {
     eprintln!("running against {}", NatsServer::version());
     let capture = Capture::default();
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
     let _guard = tracing::subscriber::set_default(
         tracing_subscriber::registry()
             .with(capture.clone())
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("ops_traces")))
             .with(tracing_subscriber::filter::LevelFilter::INFO),
     );
     let (server, client, js) = jetstream_server().await;
@@ -147,14 +152,57 @@ async fn each_delivery_has_a_span_with_the_messaging_attributes_and_the_handlers
     assert_eq!(orders.len(), 3, "{orders:#?}");
     for span in &orders {
         let f = &span.fields;
+        assert_eq!(f["messaging.destination.name"], "orders.created");
+        // For the OpenTelemetry layer (one listens here).
         assert_eq!(f["otel.name"], "process orders.created");
         assert_eq!(f["otel.kind"], "consumer");
-        assert_eq!(f["messaging.system"], "nats");
-        assert_eq!(f["messaging.destination.name"], "orders.created");
-        assert_eq!(f["messaging.operation.type"], "process");
-        assert_eq!(f["messaging.consumer.group.name"], "traced");
-        assert_eq!(f["messaging.nats.stream"], STREAM);
-        assert_eq!(f["messaging.message.body.size"], order(1).len().to_string());
+        // The attributes every delivery of the registration shares go to the OpenTelemetry
+        // span alone: a log formatter never formats them.
+        for only_exported in [
+            "messaging.system",
+            "messaging.operation.type",
+            "messaging.consumer.group.name",
+            "messaging.nats.stream",
+            "messaging.message.body.size",
+        ] {
+            assert!(!f.contains_key(only_exported), "{f:?}");
+        }
+    }
+    // The exported spans carry every messaging attribute.
+    let exported = exporter.get_finished_spans().expect("the exporter's spans");
+    let exported: Vec<_> = exported
+        .iter()
+        .filter(|s| s.name == "process orders.created")
+        .collect();
+    assert_eq!(exported.len(), 3, "{exported:#?}");
+    for span in exported {
+        assert_eq!(span.span_kind, opentelemetry::trace::SpanKind::Consumer);
+        let attributes: BTreeMap<String, String> = span
+            .attributes
+            .iter()
+            .map(|kv| (kv.key.to_string(), kv.value.to_string()))
+            .collect();
+        let expected = [
+            ("messaging.system", "nats".to_owned()),
+            ("messaging.destination.name", "orders.created".to_owned()),
+            ("messaging.operation.type", "process".to_owned()),
+            ("messaging.operation.name", "process".to_owned()),
+            ("messaging.consumer.group.name", "traced".to_owned()),
+            ("messaging.nats.stream", STREAM.to_owned()),
+            ("messaging.message.body.size", order(1).len().to_string()),
+            ("ruststream.registration", "traced_orders".to_owned()),
+        ];
+        for (key, value) in expected {
+            assert_eq!(attributes.get(key), Some(&value), "{key}: {attributes:?}");
+        }
+        for key in [
+            "messaging.nats.stream_sequence",
+            "messaging.nats.delivered",
+            "ruststream.outcome",
+            "ruststream.sent",
+        ] {
+            assert!(attributes.contains_key(key), "{key}: {attributes:?}");
+        }
     }
     let summary: Vec<(String, String, String, String, Option<String>)> = orders
         .iter()

@@ -1,70 +1,126 @@
 //! The one per-delivery hook of operations: a span per delivery following OpenTelemetry's
 //! messaging conventions, and the registration's metrics (`ruststream::telemetry`).
 //!
-//! The span (`process <subject>`, kind consumer) carries `messaging.system = "nats"`,
-//! `messaging.destination.name` (the subject), `messaging.operation.type/name = "process"`,
-//! `messaging.message.id` (the `Nats-Msg-Id` header, when set), `messaging.consumer.group.name`
-//! (the durable consumer or queue group), `messaging.message.body.size`,
-//! `messaging.nats.stream`, `messaging.nats.stream_sequence`, `messaging.nats.delivered`
-//! (how many times the server delivered it), `ruststream.registration`, and once handled
-//! `ruststream.outcome` (what the handler said) and `ruststream.sent` (what went to the
-//! server: the acknowledgement, a dead letter, a retry copy). The handler's events, and the
-//! settlement's, happen inside it.
+//! The span (`ruststream.delivery`) has two audiences, and each gets what it reads without
+//! paying for what the other reads:
+//!
+//! - **every subscriber** (log lines included) gets the fields that tell one delivery from
+//!   another: `messaging.destination.name` (the subject), `messaging.message.id` (the
+//!   `Nats-Msg-Id` header, when set), `messaging.nats.stream_sequence` and
+//!   `messaging.nats.delivered` (JetStream), `ruststream.registration`, and once handled
+//!   `ruststream.outcome` (what the handler said) and `ruststream.sent` (what went to the
+//!   server: the acknowledgement, a dead letter, a retry copy);
+//! - **the OpenTelemetry layer** (feature `opentelemetry`) also gets the span's name
+//!   (`process <subject>`) and kind (consumer), and the attributes that are the same for every
+//!   delivery of a registration: `messaging.system = "nats"`, `messaging.operation.type/name =
+//!   "process"`, `messaging.consumer.group.name` (the durable consumer or queue group),
+//!   `messaging.nats.stream`, and `messaging.message.body.size`. They go to the OpenTelemetry
+//!   span directly, so a log formatter never formats them.
+//!
+//! When the installed log subscriber asks for it (the generated `main`'s, which leaves the span
+//! out of its lines), the delivery's [`DeliveryLog`] is kept in the handler's task while it runs:
+//! its lines name the delivery without the span being formatted.
+//!
+//! The handler's events, and the settlement's, happen inside it. The subject, the registration's
+//! name, the outcome and what was sent are recorded as `Display` values: a log formatter writes
+//! them as they are, where a `&str` is written with `Debug` (quoted, each character checked for
+//! escaping: most of what a formatted span cost); a subject or a name that is not plain printable
+//! ASCII is still quoted and escaped ([`Plain`]). The message id, which the publisher chooses, is
+//! a `&str`.
 
+use std::fmt;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 
 use ruststream::registration::Handled;
 use ruststream::settle::{Decision, Settle};
-use ruststream::telemetry::{HandlerMetrics, outcome_label};
+use ruststream::telemetry::{DeliveryLog, HandlerMetrics, Plain, outcome_label};
 use ruststream::{Delivery, Endpoint};
 use std::time::Instant;
 use tracing::Instrument;
 
 use crate::jetstream_info::JetStreamInfo;
 
+/// A delivery's span, and what the generated `main`'s log lines say about the delivery when
+/// its subscriber asks for that instead of the span ([`DeliveryLog`]).
+pub(crate) struct DeliverySpan {
+    span: tracing::Span,
+    /// Taken by [`observed`] (a lock nobody else takes: the span is shared, not the log).
+    log: Mutex<Option<DeliveryLog>>,
+}
+
+impl std::ops::Deref for DeliverySpan {
+    type Target = tracing::Span;
+
+    fn deref(&self) -> &tracing::Span {
+        &self.span
+    }
+}
+
 /// The span of one delivery, with the fields known before the handler runs.
-pub(crate) fn delivery_span(endpoint: &Endpoint, delivery: &Delivery) -> tracing::Span {
-    let info = endpoint.info();
+pub(crate) fn delivery_span(endpoint: &Endpoint, delivery: &Delivery) -> DeliverySpan {
     let js = delivery.extension::<JetStreamInfo>();
-    let group = js
-        .map(|js| js.consumer.as_str())
-        .or(info.descriptor.queue_group.as_deref());
+    let log = DeliveryLog::wanted().then(|| DeliveryLog {
+        subject: Arc::clone(delivery.subject_arc()),
+        registration: Arc::clone(endpoint.name_arc()),
+        stream_sequence: js.map(|js| js.stream_sequence),
+        delivered: delivery.delivered(),
+    });
+    DeliverySpan {
+        span: span_of(endpoint, delivery, js),
+        log: Mutex::new(log),
+    }
+}
+
+fn span_of(endpoint: &Endpoint, delivery: &Delivery, js: Option<&JetStreamInfo>) -> tracing::Span {
     let span = tracing::info_span!(
         "ruststream.delivery",
-        otel.name = %format_args!("process {}", delivery.subject()),
-        otel.kind = "consumer",
-        messaging.system = "nats",
-        messaging.destination.name = delivery.subject(),
-        messaging.operation.type = "process",
-        messaging.operation.name = "process",
+        messaging.destination.name = %Plain(delivery.subject()),
         messaging.message.id = delivery.headers().get("Nats-Msg-Id"),
-        messaging.consumer.group.name = group,
-        messaging.message.body.size = delivery.payload().len(),
-        messaging.nats.stream = js.map(|js| js.stream.as_str()),
         messaging.nats.stream_sequence = js.map(|js| js.stream_sequence),
         messaging.nats.delivered = delivery.delivered(),
-        ruststream.registration = endpoint.name(),
+        ruststream.registration = %Plain(endpoint.name()),
         ruststream.outcome = tracing::field::Empty,
         ruststream.sent = tracing::field::Empty,
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
     );
-    adopt_parent(&span, delivery);
+    #[cfg(feature = "opentelemetry")]
+    if otel::exported(&span) {
+        let info = endpoint.info();
+        let group = js
+            .map(|js| js.consumer.as_str())
+            .or(info.descriptor.queue_group.as_deref());
+        otel::describe(
+            &span,
+            delivery.subject(),
+            group,
+            js.map(|js| js.stream.as_str()),
+            Some(delivery.payload().len()),
+        );
+        otel::adopt_parent(&span, delivery);
+    }
     span
 }
 
-/// What was sent to the server for `decision`: `+ACK`, `-NAK`, `+TERM`, `nothing`, with
-/// `dead letter` and `retry copy` added.
-fn sent(decision: &Decision) -> String {
-    let mut sent = match decision.settle {
-        Settle::Send(kind) => kind.to_string(),
-        Settle::Unsupported(_) | Settle::Nothing => "nothing".to_owned(),
-    };
-    if decision.dead_letter {
-        sent.push_str(", dead letter");
+/// What was sent to the server for a decision: `+ACK`, `-NAK`, `+TERM`, `nothing`, with
+/// `dead letter` and `retry copy` added. Formatted only by a subscriber that prints it.
+struct Sent<'a>(&'a Decision);
+
+impl fmt::Display for Sent<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.settle {
+            Settle::Send(kind) => write!(f, "{kind}")?,
+            Settle::Unsupported(_) | Settle::Nothing => f.write_str("nothing")?,
+        }
+        if self.0.dead_letter {
+            f.write_str(", dead letter")?;
+        }
+        if self.0.copy.is_some() {
+            f.write_str(", retry copy")?;
+        }
+        Ok(())
     }
-    if decision.copy.is_some() {
-        sent.push_str(", retry copy");
-    }
-    sent
 }
 
 /// What a dispatch hands back: one delivery's handling and decision, or a batch's.
@@ -88,7 +144,7 @@ impl Decided for Vec<(Handled, Decision)> {
 /// the registration's metrics; records the outcomes on the span (only when a subscriber
 /// listens to it: nothing is formatted otherwise).
 pub(crate) async fn observed<T: Decided>(
-    span: &tracing::Span,
+    span: &DeliverySpan,
     metrics: &HandlerMetrics,
     deliveries: usize,
     dispatch: impl Future<Output = T>,
@@ -99,7 +155,12 @@ pub(crate) async fn observed<T: Decided>(
     // The system clock, not tokio's: the handler's real duration, and cheaper where tokio's
     // clock can be paused (its `test-util`), which looks the runtime's clock up on every read.
     let began = Instant::now();
-    let decided = dispatch.instrument(span.clone()).await;
+    let dispatch = dispatch.instrument(span.span.clone());
+    let log = span.log.lock().ok().and_then(|mut log| log.take());
+    let decided = match log {
+        Some(log) => log.scope(dispatch).await,
+        None => dispatch.await,
+    };
     let took = began.elapsed();
     let each = decided.each();
     for (handled, _) in each {
@@ -112,27 +173,36 @@ pub(crate) async fn observed<T: Decided>(
     if let [(handled, decision)] = each
         && !span.is_disabled()
     {
-        span.record("ruststream.outcome", outcome_label(handled));
-        span.record("ruststream.sent", sent(decision).as_str());
+        span.record(
+            "ruststream.outcome",
+            tracing::field::display(outcome_label(handled)),
+        );
+        span.record("ruststream.sent", tracing::field::display(Sent(decision)));
     }
     decided
 }
 
-/// The span of one batch handler call (`process <subject>` with
-/// `messaging.batch.message_count`); its deliveries' settlements happen inside it.
-pub(crate) fn batch_span(endpoint: &Endpoint, deliveries: &[&Delivery]) -> tracing::Span {
+/// The span of one batch handler call (`messaging.batch.message_count`, and for the
+/// OpenTelemetry layer `process <subject>` and the constant attributes); its deliveries'
+/// settlements happen inside it.
+pub(crate) fn batch_span(endpoint: &Endpoint, deliveries: &[&Delivery]) -> DeliverySpan {
     let subject = &endpoint.info().descriptor.subject;
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "ruststream.batch",
-        otel.name = %format_args!("process {subject}"),
-        otel.kind = "consumer",
-        messaging.system = "nats",
-        messaging.destination.name = %subject,
-        messaging.operation.type = "process",
-        messaging.operation.name = "process",
+        messaging.destination.name = %Plain(subject),
         messaging.batch.message_count = deliveries.len(),
-        ruststream.registration = endpoint.name(),
-    )
+        ruststream.registration = %Plain(endpoint.name()),
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+    );
+    #[cfg(feature = "opentelemetry")]
+    if otel::exported(&span) {
+        otel::describe(&span, subject, None, None, None);
+    }
+    DeliverySpan {
+        span,
+        log: Mutex::new(None),
+    }
 }
 
 /// The W3C trace context header.
@@ -153,15 +223,6 @@ pub(crate) fn with_context(headers: ruststream::Headers) -> ruststream::Headers 
     }
 }
 
-/// Makes the `traceparent` of `delivery`, when it has a valid one, the parent of `span`
-/// (feature `opentelemetry`; nothing without it).
-pub(crate) fn adopt_parent(span: &tracing::Span, delivery: &Delivery) {
-    #[cfg(feature = "opentelemetry")]
-    otel::adopt_parent(span, delivery);
-    #[cfg(not(feature = "opentelemetry"))]
-    let _ = (span, delivery);
-}
-
 #[cfg(feature = "opentelemetry")]
 mod otel {
     use opentelemetry::trace::{
@@ -169,8 +230,54 @@ mod otel {
     };
     use ruststream::{Delivery, Headers};
     use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    use tracing_subscriber::registry::LookupSpan as _;
 
     use super::TRACEPARENT;
+
+    /// Whether an OpenTelemetry layer listens to `span` (its data is in the span).
+    pub(super) fn exported(span: &tracing::Span) -> bool {
+        span.with_subscriber(|(id, dispatch)| {
+            dispatch
+                .downcast_ref::<tracing_subscriber::Registry>()
+                .and_then(|registry| registry.span(id))
+                .is_some_and(|span| {
+                    span.extensions()
+                        .get::<tracing_opentelemetry::OtelData>()
+                        .is_some()
+                })
+        })
+        .unwrap_or(false)
+    }
+
+    /// Gives the OpenTelemetry span of `span` (when an OpenTelemetry layer listens) its name
+    /// (`process <subject>`), its kind, and the messaging attributes every subscriber but that
+    /// one has no use for. Attributes set this way reach the OpenTelemetry layer alone: a log
+    /// formatter never sees them.
+    pub(super) fn describe(
+        span: &tracing::Span,
+        subject: &str,
+        group: Option<&str>,
+        stream: Option<&str>,
+        body_size: Option<usize>,
+    ) {
+        span.record(
+            "otel.name",
+            tracing::field::display(format_args!("process {subject}")),
+        );
+        span.record("otel.kind", "consumer");
+        span.set_attribute("messaging.system", "nats");
+        span.set_attribute("messaging.operation.type", "process");
+        span.set_attribute("messaging.operation.name", "process");
+        if let Some(group) = group {
+            span.set_attribute("messaging.consumer.group.name", group.to_owned());
+        }
+        if let Some(stream) = stream {
+            span.set_attribute("messaging.nats.stream", stream.to_owned());
+        }
+        if let Some(size) = body_size.and_then(|size| i64::try_from(size).ok()) {
+            span.set_attribute("messaging.message.body.size", size);
+        }
+    }
 
     /// `version-traceid-spanid-flags`, version `00` (a later version's first four fields read
     /// the same, as the W3C recommendation asks).

@@ -8,6 +8,7 @@ pub mod broker;
 pub mod codec;
 mod context;
 mod delivery;
+mod delivery_log;
 mod duration;
 mod error;
 mod extract;

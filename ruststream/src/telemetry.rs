@@ -17,6 +17,7 @@ use metrics::{Counter, Gauge, Histogram};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+pub use crate::delivery_log::{DeliveryLog, Plain};
 use crate::handled::Handled;
 use crate::outcome::HandlerOutcome;
 

@@ -28,8 +28,9 @@ pub struct Args {
     /// A running server to use instead of starting one (profiling reuses its streams).
     #[arg(long)]
     pub url: Option<String>,
-    /// Spans (a subscriber at INFO formatting them, writing to nowhere) and metrics (the
-    /// Prometheus recorder) on, as `run --metrics-addr` and a log subscriber have them.
+    /// Spans and metrics on as the generated `main` has them: its log subscriber
+    /// (`ruststream::app::cli::log_subscriber`, `RUST_LOG` unset: `info`, human lines, writing
+    /// to nowhere) and the Prometheus recorder of `run --metrics-addr`.
     #[arg(long, conflicts_with = "metrics_only")]
     pub telemetry: bool,
     /// Metrics on, no span subscriber.

@@ -58,10 +58,14 @@ fn main() {
     if std::env::var_os("RUST_LOG").is_some() {
         ruststream::app::cli::install_tracing();
     } else if args.telemetry {
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(std::io::sink)
-            .init();
+        // What the generated `main` installs (`RUST_LOG` unset: `info`), writing to nowhere.
+        let format = ruststream::app::cli::LogFormat::Human;
+        tracing::dispatcher::set_global_default(ruststream::app::cli::log_subscriber(
+            format,
+            std::io::sink,
+            false,
+        ))
+        .expect("no subscriber installed yet");
     }
     if args.telemetry() {
         ruststream::telemetry::install_prometheus().expect("the recorder installs");

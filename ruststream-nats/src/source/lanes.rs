@@ -272,7 +272,7 @@ impl Shared {
             if let (Some(guard), Some((key, revision))) = (&self.idempotency, claim) {
                 guard
                     .settled(key, revision, &decision)
-                    .instrument(span)
+                    .instrument(span.clone())
                     .await;
             }
             return;

@@ -448,15 +448,53 @@ pub fn install_tracing() {
 
 /// [`install_tracing`] writing `format`.
 pub fn install_tracing_as(format: LogFormat) {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    let colors = std::io::stdout().is_terminal();
+    let _ = log_subscriber(format, std::io::stdout, colors).try_init();
+}
+
+/// The subscriber [`install_tracing_as`] installs, writing its lines to `writer`: `RUST_LOG`
+/// (`info` when unset) and the `fmt` layer in `format`, with colors (ANSI escapes) when `colors`
+/// (the generated `main`: when standard output is a terminal; a file or a pipe gets plain
+/// text). The benchmark's `--telemetry` installs this one, writing to nowhere without colors.
+pub fn log_subscriber<W>(format: LogFormat, writer: W, colors: bool) -> tracing::Dispatch
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    use super::log_fields::{DELIVERY_SPAN, DeliveryLines, JsonSpanFields};
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = match format {
-        LogFormat::Human => tracing_subscriber::fmt().with_env_filter(filter).try_init(),
-        LogFormat::Json => tracing_subscriber::fmt()
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .with_env_filter(filter)
-            .try_init(),
-    };
+    // The delivery span is left out of the lines: they carry the `DeliveryLog` the brokers make
+    // for this subscriber instead (`ruststream::telemetry::DeliveryLog`).
+    crate::delivery_log::DeliveryLog::want();
+    let not_the_delivery_span = tracing_subscriber::filter::filter_fn(|meta| {
+        !(meta.is_span() && meta.name() == DELIVERY_SPAN)
+    });
+    let layer = tracing_subscriber::fmt::layer()
+        .with_ansi(colors)
+        .with_writer(writer);
+    // A global filter, not the `fmt` layer's own: the span is then not made at all (a
+    // per-layer filter keeps the registry's span and leaves only its formatting out).
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(not_the_delivery_span);
+    match format {
+        LogFormat::Human => registry
+            .with(layer.map_event_format(|inner| DeliveryLines { inner, json: false }))
+            .into(),
+        LogFormat::Json => registry
+            .with(
+                layer
+                    .json()
+                    .with_current_span(true)
+                    .with_span_list(true)
+                    .fmt_fields(JsonSpanFields)
+                    .map_event_format(|inner| DeliveryLines { inner, json: true }),
+            )
+            .into(),
+    }
 }

@@ -9,6 +9,7 @@ pub mod cli;
 mod describe;
 mod info;
 mod lifecycle;
+mod log_fields;
 
 use std::future::Future;
 

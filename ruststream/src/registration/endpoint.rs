@@ -90,6 +90,11 @@ impl Endpoint {
         &self.name
     }
 
+    /// The registration's name, shared (what a log context keeps without copying it).
+    pub fn name_arc(&self) -> &Arc<str> {
+        &self.name
+    }
+
     /// The descriptor, for its broker to recognise.
     pub fn descriptor(&self) -> &dyn Descriptor {
         &*self.descriptor
