@@ -3,7 +3,6 @@
 //! turned into [`Handled`].
 
 use std::any::Any;
-use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -171,27 +170,25 @@ where
     O: Outs,
     S: Send + Sync + 'static,
 {
-    fn call<'a>(
+    async fn call<'a>(
         &'a self,
         delivery: &'a Delivery,
         state: &'a Arc<S>,
         publisher: &'a dyn Publish,
         name: &'a str,
         codec: Format,
-    ) -> impl Future<Output = Handled> + Send + 'a {
-        async move {
-            let input: In = match decode(codec, delivery) {
-                Ok(input) => input,
-                Err(undecodable) => return undecodable,
-            };
-            let erased: &(dyn Any + Send + Sync) = &**state;
-            let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
-            let run = self
-                .handler
-                .handle_with_state(&input, &self.outs, state, &mut ctx);
-            let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
-            single_result(ran, &ctx)
-        }
+    ) -> Handled {
+        let input: In = match decode(codec, delivery) {
+            Ok(input) => input,
+            Err(undecodable) => return undecodable,
+        };
+        let erased: &(dyn Any + Send + Sync) = &**state;
+        let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
+        let run = self
+            .handler
+            .handle_with_state(&input, &self.outs, state, &mut ctx);
+        let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+        single_result(ran, &ctx)
     }
 }
 
@@ -209,26 +206,21 @@ where
     O: Outs,
     S: Send + Sync + 'static,
 {
-    fn call<'a>(
+    async fn call<'a>(
         &'a self,
         delivery: &'a Delivery,
         state: &'a Arc<S>,
         publisher: &'a dyn Publish,
         name: &'a str,
         codec: Format,
-    ) -> impl Future<Output = Handled> + Send + 'a {
-        async move {
-            let erased: &(dyn Any + Send + Sync) = &**state;
-            let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
-            let run = self.handler.handle_with_state(
-                (self.payload)(delivery),
-                &self.outs,
-                state,
-                &mut ctx,
-            );
-            let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
-            single_result(ran, &ctx)
-        }
+    ) -> Handled {
+        let erased: &(dyn Any + Send + Sync) = &**state;
+        let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
+        let run =
+            self.handler
+                .handle_with_state((self.payload)(delivery), &self.outs, state, &mut ctx);
+        let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+        single_result(ran, &ctx)
     }
 }
 
