@@ -107,11 +107,12 @@ impl Executor {
                 );
                 return;
             };
-            if let Err(err) = self
-                .publish_dead_letter(dead_letter, &incoming.delivery)
-                .await
+            // The dead letter and the retry copy are boxed: what every delivery's handling
+            // future holds (and moves) is kept to the acknowledgement's size.
+            if let Err(err) =
+                Box::pin(self.publish_dead_letter(dead_letter, &incoming.delivery)).await
             {
-                self.dead_letter_failed(incoming, dead_letter, &err).await;
+                Box::pin(self.dead_letter_failed(incoming, dead_letter, &err)).await;
                 return;
             }
             self.metrics.dead_lettered();
@@ -127,9 +128,13 @@ impl Executor {
             match &self.copy_target {
                 Some(target) => {
                     self.metrics.retry_copied();
-                    self.copies
-                        .send(&self.registration, target, &incoming.delivery, copy)
-                        .await;
+                    Box::pin(self.copies.send(
+                        &self.registration,
+                        target,
+                        &incoming.delivery,
+                        copy,
+                    ))
+                    .await;
                 }
                 None => tracing::error!(
                     registration = %self.registration,
@@ -243,7 +248,8 @@ impl Executor {
             ));
         };
         if self.confirm {
-            return self.send_confirmed(ack_subject, kind).await;
+            // Boxed: a round trip per settlement anyway, kept out of the plain ack's future.
+            return Box::pin(self.send_confirmed(ack_subject, kind)).await;
         }
         self.transport
             .publish(Arc::clone(ack_subject), Headers::new(), ack_payload(kind))

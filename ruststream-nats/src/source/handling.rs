@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ruststream::registration::Handled;
+use ruststream::registration::InlineHandler;
 use ruststream::settle::{Decision, DeliveryModel};
-use ruststream::{Delivery, Endpoint};
+use ruststream::{Delivery, Endpoint, Publish};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -74,6 +75,74 @@ impl Source {
                     .await;
                 }
             }
+        }
+    }
+}
+
+/// What [`Source::handle_inline`] shares with each delivery's handling: made once per run.
+pub(super) struct Inline {
+    endpoint: Endpoint,
+    executor: Arc<Executor>,
+    progress: Arc<Progress>,
+}
+
+impl Source {
+    /// The registration's handler called with its type known, when this source can hand it
+    /// one delivery at a time as it is (moved): at concurrency 1 ([`Source::run`] checks it),
+    /// one message per call, without the idempotency guard, progress signals or middleware.
+    pub(super) fn inline(&self) -> Option<(InlineHandler, Arc<Inline>)> {
+        if self.batch > 1 || self.idempotency.is_some() || progress_signals(&self.endpoint) {
+            return None;
+        }
+        let publisher: Arc<dyn Publish> = self.publisher.clone();
+        let handler = self.endpoint.inline_handler(publisher)?;
+        let shared = Inline {
+            endpoint: self.endpoint.clone(),
+            executor: Arc::clone(&self.executor),
+            progress: Arc::clone(&self.progress),
+        };
+        Some((handler, Arc::new(shared)))
+    }
+
+    /// [`handle`](Self::handle) for one delivery through `handler` (see
+    /// [`inline`](Self::inline)): the same span, metrics, dispatch and settlement, the
+    /// delivery moved into the handler's call and back. Resolves with `handler`, for the next.
+    pub(super) fn handle_inline(
+        shared: &Arc<Inline>,
+        incoming: Incoming,
+        mut handler: InlineHandler,
+    ) -> impl Future<Output = InlineHandler> + Send + 'static {
+        let shared = Arc::clone(shared);
+        async move {
+            let Inline {
+                endpoint,
+                executor,
+                progress,
+            } = &*shared;
+            let Incoming {
+                delivery,
+                ack_subject,
+            } = incoming;
+            let span = telemetry::delivery_span(endpoint, &delivery);
+            let dispatch = endpoint.dispatch_inline(&mut handler, delivery);
+            let decided = telemetry::observed(&span, &executor.metrics, 1, dispatch).await;
+            let (handled, decision) = decided;
+            let Some(delivery) = handler.take() else {
+                // `dispatch_inline` keeps the delivery with the handler, always.
+                tracing::error!(
+                    registration = endpoint.name(),
+                    "the handler did not hand the delivery back: it is not settled"
+                );
+                return handler;
+            };
+            let incoming = Incoming {
+                delivery,
+                ack_subject,
+            };
+            settle(executor, progress, &incoming, &handled, &decision)
+                .instrument(span.clone())
+                .await;
+            handler
         }
     }
 }

@@ -41,7 +41,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, CatchUnwind};
 use futures::{FutureExt, StreamExt};
 use ruststream::__private::panic_message;
 use ruststream::Endpoint;
@@ -113,6 +113,13 @@ impl Source {
         // The inline handler's future lives here, allocated once for the run: each message's
         // handling replaces the last one's in place (no allocation per message).
         let mut slot = Box::pin(None);
+        // The same for the handler called with its type known, when this source can
+        // (`handling.rs`): the handler's own future is allocated once too.
+        let (mut inline_handler, shared) = match inline.then(|| self.inline()).flatten() {
+            Some((handler, shared)) => (Some(handler), Some(shared)),
+            None => (None, None),
+        };
+        let mut inline_slot = Box::pin(None);
         // `.by_key(..)`: deliveries of one key in order (`lanes.rs`).
         let lanes = lanes::Lanes::of(&self);
         let deadline = loop {
@@ -138,8 +145,13 @@ impl Source {
                 first = self.first() => first,
             };
             if let Some(first) = first {
-                // Not cancelled: a message taken is always handled.
-                let unit = self.gather(first).await;
+                // Not cancelled: a message taken is always handled. One message is taken as it
+                // is, not moved through `gather`'s future.
+                let unit = if self.batch <= 1 {
+                    Unit::One(self.incoming(first))
+                } else {
+                    self.gather(first).await
+                };
                 if let Some(permit) = permit {
                     match (&lanes, unit) {
                         (Some(lanes), Unit::One(incoming)) => {
@@ -149,37 +161,33 @@ impl Source {
                     }
                     continue;
                 }
-                slot.set(Some(AssertUnwindSafe(self.handle(unit)).catch_unwind()));
-                let handling = std::future::poll_fn(|cx| match slot.as_mut().as_pin_mut() {
-                    Some(handling) => handling.poll(cx),
-                    None => std::task::Poll::Pending,
-                });
-                tokio::select! {
-                    biased;
-                    done = handling => {
-                        // Dropped now (the delivery, its clones), not at the next message.
-                        slot.set(None);
-                        if let Err(panic) = done {
-                            tracing::error!(
-                                registration = self.endpoint.name(),
-                                panic = panic_message(&*panic),
-                                "settling a delivery panicked"
-                            );
-                        }
+                // With the handler's type known when it can be (`handling.rs`, `inline`).
+                let done = match (inline_handler.take(), &shared, unit) {
+                    (Some(handler), Some(shared), Unit::One(incoming)) => {
+                        let handling = Self::handle_inline(shared, incoming, handler);
+                        inline_slot.set(Some(AssertUnwindSafe(handling).catch_unwind()));
+                        let name = self.endpoint.name();
+                        finish(
+                            name,
+                            &mut inline_slot,
+                            stopped.as_mut(),
+                            &permits,
+                            &mut tasks,
+                        )
+                        .await
+                        .map(|handler| inline_handler = handler)
                     }
-                    deadline = &mut stopped => {
-                        // Stopping: the handler finishes alongside the drain, as a task.
-                        let permit = Arc::clone(&permits).try_acquire_owned().ok();
-                        tasks.spawn(async move {
-                            let _permit = permit;
-                            if let Some(handling) = slot.as_mut().as_pin_mut()
-                                && let Err(panic) = handling.await
-                            {
-                                std::panic::resume_unwind(panic);
-                            }
-                        });
-                        break deadline;
+                    (handler, _, unit) => {
+                        inline_handler = handler;
+                        slot.set(Some(AssertUnwindSafe(self.handle(unit)).catch_unwind()));
+                        let name = self.endpoint.name();
+                        finish(name, &mut slot, stopped.as_mut(), &permits, &mut tasks)
+                            .await
+                            .map(drop)
                     }
+                };
+                if let Err(deadline) = done {
+                    break deadline;
                 }
             } else {
                 drop(permit);
@@ -393,6 +401,57 @@ impl Source {
             self.progress.taken(info.stream_sequence);
         }
         incoming
+    }
+}
+
+/// Awaits the handling in `slot`, run in the source's own task: `Ok(Some(what it resolved
+/// with))`, `Ok(None)` when it panicked (logged), `Err(deadline)` when the broker began
+/// stopping first; the handling then finishes as one of `tasks`, alongside the drain.
+async fn finish<F>(
+    registration: &str,
+    slot: &mut Pin<Box<Option<CatchUnwind<AssertUnwindSafe<F>>>>>,
+    stopped: Pin<&mut impl Future<Output = Instant>>,
+    permits: &Arc<Semaphore>,
+    tasks: &mut JoinSet<()>,
+) -> Result<Option<F::Output>, Instant>
+where
+    F: Future + Send + 'static,
+{
+    let handling = std::future::poll_fn(|cx| match slot.as_mut().as_pin_mut() {
+        Some(handling) => handling.poll(cx),
+        None => std::task::Poll::Pending,
+    });
+    tokio::select! {
+        biased;
+        done = handling => {
+            // Dropped now (the delivery, its clones), not at the next message.
+            slot.set(None);
+            match done {
+                Ok(out) => Ok(Some(out)),
+                Err(panic) => {
+                    tracing::error!(
+                        registration,
+                        panic = panic_message(&*panic),
+                        "settling a delivery panicked"
+                    );
+                    Ok(None)
+                }
+            }
+        }
+        deadline = stopped => {
+            // Stopping: the handler finishes alongside the drain, as a task.
+            let permit = Arc::clone(permits).try_acquire_owned().ok();
+            let mut slot = std::mem::replace(slot, Box::pin(None));
+            tasks.spawn(async move {
+                let _permit = permit;
+                if let Some(handling) = slot.as_mut().as_pin_mut()
+                    && let Err(panic) = handling.await
+                {
+                    std::panic::resume_unwind(panic);
+                }
+            });
+            Err(deadline)
+        }
     }
 }
 

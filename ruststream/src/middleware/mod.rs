@@ -108,6 +108,7 @@ where
 }
 
 /// `f` as a [`SingleHandler`]: gives a closure the signature the trait asks for.
+#[cfg(test)]
 pub(crate) fn single<F>(f: F) -> F
 where
     F: for<'a> Fn(&'a Delivery, &'a dyn Publish, &'a str) -> BoxFuture<'a, Handled> + Send + Sync,

@@ -20,12 +20,8 @@ use crate::handled::Handled;
 use crate::middleware::Middleware;
 use crate::publish::Publish;
 
-/// A single handler, erased over its payload and outputs: called with the delivery, the state,
+/// A batch handler, erased over its payload and outputs: called with the deliveries, the state,
 /// the publisher, the registration's name and its payload format.
-pub(super) type SingleFn<S> = dyn for<'a> Fn(&'a Delivery, Arc<S>, &'a dyn Publish, &'a str, Format) -> BoxFuture<'a, Handled>
-    + Send
-    + Sync;
-/// A batch handler, erased the same way.
 pub(super) type BatchFn<S> = dyn for<'a> Fn(
         &'a [&'a Delivery],
         Arc<S>,
@@ -38,7 +34,7 @@ pub(super) type BatchFn<S> = dyn for<'a> Fn(
 
 /// A registration's handler: of single messages, or of batches.
 pub(super) enum HandlerKind<S> {
-    Single(Arc<SingleFn<S>>),
+    Single(Arc<dyn super::inline::BindSingle<S>>),
     Batch(Arc<BatchFn<S>>),
 }
 

@@ -3,13 +3,15 @@
 //! turned into [`Handled`].
 
 use std::any::Any;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
 
-use super::builder::{BatchFn, HandlerKind, LayerStack, Registration, SingleFn};
+use super::builder::{BatchFn, HandlerKind, LayerStack, Registration};
 use super::descriptor::Descriptor;
+use super::inline::{BindSingle, SingleCall};
 use super::policy::Policy;
 use super::schemas::Schemas;
 use crate::codec::Format;
@@ -19,6 +21,7 @@ use crate::handled::Handled;
 use crate::handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs};
 use crate::outcome::HandlerOutcome;
 use crate::panic::panic_message;
+use crate::publish::Publish;
 
 impl<S: Send + Sync + 'static> Registration<S> {
     /// A registration of handler `H` for messages `In`, publishing `O`.
@@ -29,22 +32,10 @@ impl<S: Send + Sync + 'static> Registration<S> {
         In: DeserializeOwned + Send + Sync + 'static,
         O: Outs,
     {
-        let handler = Arc::new(handler);
-        let outs = Arc::new(O::default());
-        let call: Arc<SingleFn<S>> = Arc::new(move |delivery, state, publisher, name, codec| {
-            let handler = Arc::clone(&handler);
-            let outs = Arc::clone(&outs);
-            Box::pin(async move {
-                let input: In = match decode(codec, delivery) {
-                    Ok(input) => input,
-                    Err(undecodable) => return undecodable,
-                };
-                let erased: &(dyn Any + Send + Sync) = &*state;
-                let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
-                let run = handler.handle_with_state(&input, &outs, &state, &mut ctx);
-                let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
-                single_result(ran, &ctx)
-            })
+        let call: Arc<dyn BindSingle<S>> = Arc::new(Decoded {
+            handler,
+            outs: O::default(),
+            input: PhantomData::<fn() -> In>,
         });
         Self::with_handler(
             name.into(),
@@ -150,18 +141,10 @@ impl<S: Send + Sync + 'static> Registration<S> {
         In: ?Sized + Sync + 'static,
         O: Outs,
     {
-        let handler = Arc::new(handler);
-        let outs = Arc::new(O::default());
-        let call: Arc<SingleFn<S>> = Arc::new(move |delivery, state, publisher, name, codec| {
-            let handler = Arc::clone(&handler);
-            let outs = Arc::clone(&outs);
-            Box::pin(async move {
-                let erased: &(dyn Any + Send + Sync) = &*state;
-                let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
-                let run = handler.handle_with_state(payload(delivery), &outs, &state, &mut ctx);
-                let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
-                single_result(ran, &ctx)
-            })
+        let call: Arc<dyn BindSingle<S>> = Arc::new(Taken {
+            handler,
+            outs: O::default(),
+            payload,
         });
         Self::with_handler(
             name.into(),
@@ -170,6 +153,74 @@ impl<S: Send + Sync + 'static> Registration<S> {
             O::subjects(),
             Schemas::raw::<In, O>(),
         )
+    }
+}
+
+/// A handler of decoded payloads `In`, with its outputs: what [`Registration::single`] calls.
+struct Decoded<H, In, O> {
+    handler: H,
+    outs: O,
+    input: PhantomData<fn() -> In>,
+}
+
+impl<H, In, O, S> SingleCall<S> for Decoded<H, In, O>
+where
+    H: Handle<In, O, S>,
+    In: DeserializeOwned + Send + Sync + 'static,
+    O: Outs,
+    S: Send + Sync + 'static,
+{
+    async fn call<'a>(
+        &'a self,
+        delivery: &'a Delivery,
+        state: &'a Arc<S>,
+        publisher: &'a dyn Publish,
+        name: &'a str,
+        codec: Format,
+    ) -> Handled {
+        let input: In = match decode(codec, delivery) {
+            Ok(input) => input,
+            Err(undecodable) => return undecodable,
+        };
+        let erased: &(dyn Any + Send + Sync) = &**state;
+        let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
+        let run = self
+            .handler
+            .handle_with_state(&input, &self.outs, state, &mut ctx);
+        let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+        single_result(ran, &ctx)
+    }
+}
+
+/// A handler of payloads taken as they arrived (`payload` picks them out of the delivery).
+struct Taken<H, In: ?Sized + 'static, O> {
+    handler: H,
+    outs: O,
+    payload: for<'a> fn(&'a Delivery) -> &'a In,
+}
+
+impl<H, In, O, S> SingleCall<S> for Taken<H, In, O>
+where
+    H: Handle<In, O, S>,
+    In: ?Sized + Sync + 'static,
+    O: Outs,
+    S: Send + Sync + 'static,
+{
+    async fn call<'a>(
+        &'a self,
+        delivery: &'a Delivery,
+        state: &'a Arc<S>,
+        publisher: &'a dyn Publish,
+        name: &'a str,
+        codec: Format,
+    ) -> Handled {
+        let erased: &(dyn Any + Send + Sync) = &**state;
+        let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
+        let run =
+            self.handler
+                .handle_with_state((self.payload)(delivery), &self.outs, state, &mut ctx);
+        let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+        single_result(ran, &ctx)
     }
 }
 

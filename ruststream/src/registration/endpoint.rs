@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use super::builder::{HandlerKind, Registration};
 use super::descriptor::Descriptor;
 use super::info::RegistrationInfo;
+use super::inline::{Bound, InlineHandler, limited};
 use super::policy::Policy;
 use crate::codec::Format;
 use crate::delivery::Delivery;
@@ -25,13 +26,30 @@ impl<S: Send + Sync + 'static> Registration<S> {
         let info = self.info();
         let codec = self.policy.codec.unwrap_or_default();
         let layers = self.layers.all();
+        let name: Arc<str> = Arc::from(self.name);
+        let mut inline: Option<Arc<BindInline>> = None;
         let handler = match self.handler {
             HandlerKind::Single(call) => {
-                let state = Arc::clone(&state);
-                let f: Arc<BoundSingle> = Arc::new(crate::middleware::single(move |d, p, n| {
-                    call(d, Arc::clone(&state), p, n, codec)
-                }));
-                BoundHandler::Single(crate::middleware::wrap_single(f, &layers))
+                if layers.is_empty() {
+                    // Without layers a broker may call the handler with its type known
+                    // throughout: see `inline_handler`.
+                    let (call, state, name) =
+                        (Arc::clone(&call), Arc::clone(&state), Arc::clone(&name));
+                    let timeout = self.policy.handler_timeout;
+                    inline = Some(Arc::new(move |publisher| {
+                        Arc::clone(&call).inline(Bound {
+                            state: Arc::clone(&state),
+                            codec,
+                            name: Arc::clone(&name),
+                            timeout,
+                            publisher,
+                        })
+                    }));
+                }
+                BoundHandler::Single(crate::middleware::wrap_single(
+                    call.bind(state, codec),
+                    &layers,
+                ))
             }
             HandlerKind::Batch(call) => {
                 let f: Arc<BoundBatch> =
@@ -40,7 +58,8 @@ impl<S: Send + Sync + 'static> Registration<S> {
             }
         };
         Endpoint {
-            name: Arc::from(self.name),
+            name,
+            inline,
             descriptor: self.descriptor,
             info: Arc::new(info),
             handler,
@@ -51,14 +70,15 @@ impl<S: Send + Sync + 'static> Registration<S> {
     }
 }
 
-type BoundSingle = crate::middleware::Single;
+/// Makes a registration's [`InlineHandler`] for a broker's publisher.
+type BindInline = dyn Fn(Arc<dyn Publish>) -> InlineHandler + Send + Sync;
 type BoundBatch = dyn for<'a> Fn(&'a [&'a Delivery], &'a dyn Publish, &'a str) -> BoxFuture<'a, Vec<Handled>>
     + Send
     + Sync;
 
 #[derive(Clone)]
 enum BoundHandler {
-    Single(Arc<BoundSingle>),
+    Single(Arc<crate::middleware::Single>),
     Batch(Arc<BoundBatch>),
 }
 
@@ -71,6 +91,8 @@ pub struct Endpoint {
     /// Shared: an endpoint is cloned for every delivery it handles.
     info: Arc<RegistrationInfo>,
     handler: BoundHandler,
+    /// How to call the handler with its type known; `None` behind middleware and for batches.
+    inline: Option<Arc<BindInline>>,
     observer: Option<Arc<dyn Observer>>,
     idempotency_key: Option<Arc<crate::idempotency::KeyFn>>,
     codec: Format,
@@ -159,12 +181,45 @@ impl Endpoint {
     /// Runs `handling` within the registration's `handler_timeout`; `Err(limit)` when it ran
     /// past it (and was cancelled).
     async fn limited<T>(&self, handling: impl Future<Output = T>) -> Result<T, Duration> {
-        match self.info.policy.handler_timeout {
-            Some(limit) => tokio::time::timeout(limit, handling)
-                .await
-                .map_err(|_| limit),
-            None => Ok(handling.await),
-        }
+        limited(self.info.policy.handler_timeout, handling).await
+    }
+
+    /// The handler, for a broker that runs one delivery of this registration at a time and
+    /// can hand it over (moved) for the call: made once, it calls the handler without a boxed
+    /// future per delivery ([`dispatch_inline`](Self::dispatch_inline)). `None` for a batch
+    /// handler and behind middleware (use [`dispatch`](Self::dispatch)).
+    pub fn inline_handler(&self, publisher: Arc<dyn Publish>) -> Option<InlineHandler> {
+        self.inline.as_ref().map(|bind| bind(publisher))
+    }
+
+    /// [`dispatch`](Self::dispatch) through `handler` (this endpoint's
+    /// [`inline_handler`](Self::inline_handler)), `delivery` moved in for the call: the same
+    /// checks, the same handler run the same way, the same decision. The delivery stays with
+    /// `handler`, to be taken back with [`InlineHandler::take`].
+    pub async fn dispatch_inline(
+        &self,
+        handler: &mut InlineHandler,
+        delivery: Delivery,
+    ) -> (Handled, Decision) {
+        let handled = match self.past_cap(&delivery) {
+            Some(past_cap) => {
+                handler.keep(delivery);
+                past_cap
+            }
+            None => handler.run(delivery).await,
+        };
+        let Some(delivery) = handler.delivery() else {
+            // Not reached: the handler keeps the delivery it ran on.
+            let nothing = Decision {
+                dead_letter: false,
+                copy: None,
+                settle: settle::Settle::Nothing,
+            };
+            return (handled, nothing);
+        };
+        let decision = self.decide(delivery, &handled);
+        self.observe(delivery, &handled, &decision);
+        (handled, decision)
     }
 
     /// [`Handled::PastCap`] when `delivery` arrived past the cap: its handler must not run.

@@ -12,18 +12,20 @@
 //! | `schemas.rs` | [`Schemas`]: the payload's type and its JSON Schemas |
 //! | `traced.rs` | [`traced_schema`]: a type's JSON Schema read from its serde `Deserialize` impl |
 //! | `builder.rs` | [`Registration`] and its chain (`.max_attempts(..)`, `.dead_letter(..)`, ..) |
+//! | `inline.rs` | a single handler's call with its type known: boxed per delivery, or [`InlineHandler`] |
 //! | `call.rs` | how a registration calls its handler: decode, context, panics caught |
 //! | `endpoint.rs` | [`Endpoint`]: a registration bound to the app state, as a broker runs it |
 //! | `mount.rs` | [`Mount`], [`WithHandler`]: what `b.include(..)` takes |
 //!
 //! Dependencies run one way: `descriptor`, `lane_key` ← `policy`, `traced` ← `schemas` ← `info`
-//! ← `builder` ← `call`, `endpoint`, `mount`.
+//! ← `builder`, `inline` ← `call`, `endpoint`, `mount`.
 
 mod builder;
 mod call;
 mod descriptor;
 mod endpoint;
 mod info;
+mod inline;
 mod lane_key;
 mod mount;
 mod policy;
@@ -34,6 +36,7 @@ pub use self::builder::Registration;
 pub use self::descriptor::{DeliverPolicy, Descriptor, DescriptorInfo, PrefixedSubject};
 pub use self::endpoint::Endpoint;
 pub use self::info::{RegistrationInfo, policy_notes};
+pub use self::inline::InlineHandler;
 pub use self::lane_key::LaneKey;
 pub use self::mount::{BatchMarker, Is, Mount, SingleMarker, SubscriberFn, WithHandler};
 pub use self::policy::{OnFailure, Policy};

@@ -1,0 +1,233 @@
+//! A single handler called with its concrete type: through a boxed future per delivery when
+//! the call must borrow (middleware, concurrent tasks), or, for a broker that handles one
+//! delivery at a time, through an [`InlineHandler`] made once per registration: the delivery
+//! is moved into the handler's future, which lives in place for the whole run, and moved back
+//! out with what the handler said. No allocation and no type-erased call per delivery besides
+//! the one that starts it and the ones that poll it.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::codec::Format;
+use crate::delivery::Delivery;
+use crate::handled::Handled;
+use crate::middleware::SingleHandler;
+use crate::publish::Publish;
+
+/// A registration's single handler with its payload and output types: one call on one delivery.
+pub(super) trait SingleCall<S>: Send + Sync + 'static {
+    /// Runs the handler on `delivery` (decoded, panics caught).
+    fn call<'a>(
+        &'a self,
+        delivery: &'a Delivery,
+        state: &'a Arc<S>,
+        publisher: &'a dyn Publish,
+        name: &'a str,
+        codec: Format,
+    ) -> impl Future<Output = Handled> + Send + 'a;
+}
+
+/// A [`SingleCall`] with its type erased, once per registration: what binding it to the app
+/// state makes of it.
+pub(super) trait BindSingle<S>: Send + Sync + 'static {
+    /// The call bound to `state`, as the middleware chain and [`Endpoint::dispatch`] call it
+    /// (a boxed future per delivery).
+    ///
+    /// [`Endpoint::dispatch`]: super::Endpoint::dispatch
+    fn bind(self: Arc<Self>, state: Arc<S>, codec: Format) -> Arc<dyn SingleHandler>;
+
+    /// The call bound to `state` and `publisher`, one delivery at a time, within `timeout`.
+    fn inline(self: Arc<Self>, bound: Bound<S>) -> InlineHandler;
+}
+
+/// What an inline call is bound to.
+pub(super) struct Bound<S> {
+    pub(super) state: Arc<S>,
+    pub(super) codec: Format,
+    pub(super) name: Arc<str>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) publisher: Arc<dyn Publish>,
+}
+
+impl<S: Send + Sync + 'static, C: SingleCall<S>> BindSingle<S> for C {
+    fn bind(self: Arc<Self>, state: Arc<S>, codec: Format) -> Arc<dyn SingleHandler> {
+        Arc::new(BoundCall {
+            call: self,
+            state,
+            codec,
+        })
+    }
+
+    fn inline(self: Arc<Self>, bound: Bound<S>) -> InlineHandler {
+        let both = Arc::new((self, bound));
+        InlineHandler::new(move |delivery: Delivery| {
+            let both = Arc::clone(&both);
+            async move {
+                let (call, bound) = &*both;
+                let handled = limited(
+                    bound.timeout,
+                    call.call(
+                        &delivery,
+                        &bound.state,
+                        &*bound.publisher,
+                        &bound.name,
+                        bound.codec,
+                    ),
+                )
+                .await
+                .unwrap_or_else(Handled::TimedOut);
+                (delivery, handled)
+            }
+        })
+    }
+}
+
+/// A call bound to the app state: the state lent to each call, not cloned into it.
+struct BoundCall<C, S> {
+    call: Arc<C>,
+    state: Arc<S>,
+    codec: Format,
+}
+
+impl<S: Send + Sync + 'static, C: SingleCall<S>> SingleHandler for BoundCall<C, S> {
+    fn call<'a>(
+        &'a self,
+        delivery: &'a Delivery,
+        publisher: &'a dyn Publish,
+        registration: &'a str,
+    ) -> BoxFuture<'a, Handled> {
+        Box::pin(
+            self.call
+                .call(delivery, &self.state, publisher, registration, self.codec),
+        )
+    }
+}
+
+/// Runs `handling` within `timeout`; `Err(limit)` when it ran past it (and was cancelled).
+pub(super) async fn limited<T>(
+    timeout: Option<Duration>,
+    handling: impl Future<Output = T>,
+) -> Result<T, Duration> {
+    match timeout {
+        Some(limit) => tokio::time::timeout(limit, handling)
+            .await
+            .map_err(|_| limit),
+        None => Ok(handling.await),
+    }
+}
+
+/// A registration's single handler, bound for a broker that hands it one delivery at a time
+/// ([`Endpoint::inline_handler`](super::Endpoint::inline_handler)): its future is made in
+/// place for each delivery, which it owns while it runs.
+pub struct InlineHandler {
+    call: Box<dyn InlineCall>,
+}
+
+impl fmt::Debug for InlineHandler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InlineHandler").finish_non_exhaustive()
+    }
+}
+
+impl InlineHandler {
+    fn new<F, Fut>(make: F) -> Self
+    where
+        F: Fn(Delivery) -> Fut + Send + 'static,
+        Fut: Future<Output = (Delivery, Handled)> + Send + 'static,
+    {
+        Self {
+            call: Box::new(Slot {
+                make,
+                running: Box::pin(None),
+                done: None,
+            }),
+        }
+    }
+
+    /// Runs the handler on `delivery` (within the registration's `handler_timeout`); what the
+    /// handler said. The delivery is kept here once the call is done, for
+    /// [`delivery`](Self::delivery) and [`take`](Self::take) (not moved back through every
+    /// future awaiting this one). Dropped before it resolves, the delivery is dropped with the
+    /// handler's future.
+    pub(super) async fn run(&mut self, delivery: Delivery) -> Handled {
+        self.call.start(delivery);
+        std::future::poll_fn(|cx| self.call.poll_done(cx)).await
+    }
+
+    /// Keeps `delivery` as if the handler had run on it (a delivery it must not run on).
+    pub(super) fn keep(&mut self, delivery: Delivery) {
+        self.call.keep(delivery);
+    }
+
+    /// The delivery the last call ran on, until it is taken.
+    pub fn delivery(&self) -> Option<&Delivery> {
+        self.call.kept()
+    }
+
+    /// Takes the delivery the last call ran on back.
+    pub fn take(&mut self) -> Option<Delivery> {
+        self.call.take()
+    }
+}
+
+/// The handler's future for the delivery it runs on, if any, and the delivery once it is done:
+/// allocated once.
+trait InlineCall: Send {
+    /// Makes the handler's future for `delivery` (replacing one that did not finish).
+    fn start(&mut self, delivery: Delivery);
+
+    /// Polls the handler's future; pending when there is none.
+    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<Handled>;
+
+    fn keep(&mut self, delivery: Delivery);
+
+    fn kept(&self) -> Option<&Delivery>;
+
+    fn take(&mut self) -> Option<Delivery>;
+}
+
+struct Slot<F, Fut> {
+    make: F,
+    running: Pin<Box<Option<Fut>>>,
+    done: Option<Delivery>,
+}
+
+impl<F, Fut> InlineCall for Slot<F, Fut>
+where
+    F: Fn(Delivery) -> Fut + Send,
+    Fut: Future<Output = (Delivery, Handled)> + Send,
+{
+    fn start(&mut self, delivery: Delivery) {
+        self.done = None;
+        self.running.set(Some((self.make)(delivery)));
+    }
+
+    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<Handled> {
+        let Some(running) = self.running.as_mut().as_pin_mut() else {
+            return Poll::Pending;
+        };
+        let (delivery, handled) = ready!(running.poll(cx));
+        self.done = Some(delivery);
+        // Dropped now (what the handler held), not at the next delivery.
+        self.running.set(None);
+        Poll::Ready(handled)
+    }
+
+    fn keep(&mut self, delivery: Delivery) {
+        self.done = Some(delivery);
+    }
+
+    fn kept(&self) -> Option<&Delivery> {
+        self.done.as_ref()
+    }
+
+    fn take(&mut self) -> Option<Delivery> {
+        self.done.take()
+    }
+}
