@@ -30,7 +30,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ruststream::registration::Handled;
 use ruststream::settle::{Decision, Settle};
@@ -45,8 +45,23 @@ use crate::jetstream_info::JetStreamInfo;
 /// its subscriber asks for that instead of the span ([`DeliveryLog`]).
 pub(crate) struct DeliverySpan {
     span: tracing::Span,
-    /// Taken by [`observed`] (a lock nobody else takes: the span is shared, not the log).
-    log: Mutex<Option<DeliveryLog>>,
+    /// Current while the handler runs ([`observed`]) and while its decision is carried out
+    /// ([`DeliverySpan::around`]): cloned for each (two shared names, two integers).
+    log: Option<DeliveryLog>,
+}
+
+impl DeliverySpan {
+    /// Runs `future` (what follows the handler: the settlement, a wait before a retry, the
+    /// idempotency record) inside the delivery's span and with its [`DeliveryLog`], so that a
+    /// warning it writes names the delivery in the generated `main`'s lines as in any other
+    /// subscriber's.
+    pub(crate) async fn around<F: Future>(&self, future: F) -> F::Output {
+        let future = future.instrument(self.span.clone());
+        match &self.log {
+            Some(log) => log.clone().scope(future).await,
+            None => future.await,
+        }
+    }
 }
 
 impl std::ops::Deref for DeliverySpan {
@@ -68,7 +83,7 @@ pub(crate) fn delivery_span(endpoint: &Endpoint, delivery: &Delivery) -> Deliver
     });
     DeliverySpan {
         span: span_of(endpoint, delivery, js),
-        log: Mutex::new(log),
+        log,
     }
 }
 
@@ -156,9 +171,8 @@ pub(crate) async fn observed<T: Decided>(
     // clock can be paused (its `test-util`), which looks the runtime's clock up on every read.
     let began = Instant::now();
     let dispatch = dispatch.instrument(span.span.clone());
-    let log = span.log.lock().ok().and_then(|mut log| log.take());
-    let decided = match log {
-        Some(log) => log.scope(dispatch).await,
+    let decided = match &span.log {
+        Some(log) => log.clone().scope(dispatch).await,
         None => dispatch.await,
     };
     let took = began.elapsed();
@@ -199,10 +213,7 @@ pub(crate) fn batch_span(endpoint: &Endpoint, deliveries: &[&Delivery]) -> Deliv
     if otel::exported(&span) {
         otel::describe(&span, subject, None, None, None);
     }
-    DeliverySpan {
-        span,
-        log: Mutex::new(None),
-    }
+    DeliverySpan { span, log: None }
 }
 
 /// The W3C trace context header.
@@ -349,5 +360,71 @@ mod otel {
             assert!(parse("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").is_none());
             assert!(parse("garbage").is_none());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    use ruststream::app::cli::{LogFormat, log_subscriber};
+
+    use super::*;
+
+    /// The lines a subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("not poisoned").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'w> tracing_subscriber::fmt::MakeWriter<'w> for Lines {
+        type Writer = Self;
+
+        fn make_writer(&'w self) -> Self {
+            self.clone()
+        }
+    }
+
+    /// A warning written while a delivery is settled (an `+ACK` that could not be sent, a dead
+    /// letter refused) names the delivery in the generated `main`'s lines, which have no
+    /// delivery span: the settlement runs with the delivery's log, as the handler does.
+    #[tokio::test]
+    async fn a_warning_written_while_settling_names_the_delivery() {
+        let lines = Lines::default();
+        let subscriber = log_subscriber(LogFormat::Human, lines.clone(), false);
+        let _guard = tracing::dispatcher::set_default(&subscriber);
+        let span = DeliverySpan {
+            span: tracing::Span::none(),
+            log: Some(DeliveryLog {
+                subject: "orders.created".into(),
+                registration: "orders".into(),
+                stream_sequence: Some(7),
+                delivered: Some(2),
+            }),
+        };
+        span.around(async { tracing::warn!("the +ACK could not be sent") })
+            .await;
+        tracing::warn!("outside");
+        let text =
+            String::from_utf8(lines.0.lock().expect("not poisoned").clone()).expect("UTF-8 lines");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].contains(
+                "ruststream.delivery{messaging.destination.name=orders.created messaging.nats.stream_sequence=7 messaging.nats.delivered=2 ruststream.registration=orders}"
+            ) && lines[0].ends_with("the +ACK could not be sent"),
+            "{lines:?}"
+        );
+        assert!(!lines[1].contains("ruststream.delivery"), "{lines:?}");
     }
 }

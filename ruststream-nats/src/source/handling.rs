@@ -11,7 +11,6 @@ use ruststream::registration::InlineHandler;
 use ruststream::settle::{Decision, DeliveryModel};
 use ruststream::{Delivery, Endpoint, Publish};
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use super::{Progress, Source};
 use crate::JetStreamInfo;
@@ -63,16 +62,10 @@ impl Source {
                 } else {
                     telemetry::observed(&span, &executor.metrics, 1, dispatch).await
                 };
-                settle(&executor, &progress, incoming, &handled, &decision)
-                    .instrument(span.clone())
+                span.around(settle(&executor, &progress, incoming, &handled, &decision))
                     .await;
                 if let (Some(guard), Some((key, revision))) = (&idempotency, claim) {
-                    Box::pin(
-                        guard
-                            .settled(key, revision, &decision)
-                            .instrument(span.clone()),
-                    )
-                    .await;
+                    Box::pin(span.around(guard.settled(key, revision, &decision))).await;
                 }
             }
         }
@@ -139,8 +132,7 @@ impl Source {
                 delivery,
                 ack_subject,
             };
-            settle(executor, progress, &incoming, &handled, &decision)
-                .instrument(span.clone())
+            span.around(settle(executor, progress, &incoming, &handled, &decision))
                 .await;
             handler
         }
@@ -161,8 +153,7 @@ async fn handle_batch(
     let dispatch = with_progress(endpoint, executor, unit, dispatch);
     let decided = telemetry::observed(&span, &executor.metrics, unit.len(), dispatch).await;
     for (incoming, (handled, decision)) in unit.iter().zip(decided) {
-        settle(executor, progress, incoming, &handled, &decision)
-            .instrument(span.clone())
+        span.around(settle(executor, progress, incoming, &handled, &decision))
             .await;
     }
 }

@@ -35,7 +35,6 @@ use ruststream::settle::{AckKind, Decision, Settle};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use super::handling::{admit, settle, with_progress};
 use super::{Progress, Source, StopSignal};
@@ -259,21 +258,23 @@ impl Shared {
             let (handled, decision) =
                 telemetry::observed(&span, &executor.metrics, 1, dispatch).await;
             if let Some(delay) = in_place(&decision)
-                && self.wait(&incoming, delay).instrument(span.clone()).await
+                && span.around(self.wait(&incoming, delay)).await
             {
                 incoming = next_attempt(incoming);
                 // The new attempt has the whole `ack_wait`, as a redelivery would.
                 executor.in_progress(&incoming).await;
                 continue;
             }
-            settle(executor, &self.progress, &incoming, &handled, &decision)
-                .instrument(span.clone())
-                .await;
+            span.around(settle(
+                executor,
+                &self.progress,
+                &incoming,
+                &handled,
+                &decision,
+            ))
+            .await;
             if let (Some(guard), Some((key, revision))) = (&self.idempotency, claim) {
-                guard
-                    .settled(key, revision, &decision)
-                    .instrument(span.clone())
-                    .await;
+                span.around(guard.settled(key, revision, &decision)).await;
             }
             return;
         }
