@@ -245,13 +245,50 @@ fn shown(value: &str) -> String {
     out
 }
 
-/// `delivery`'s payload as an `In`, in `format`, after its `content-type` was checked.
-pub(crate) fn decode_delivery<In: DeserializeOwned>(
+/// `delivery`'s payload as an `In`, in `format`, after its `content-type` was checked; the value
+/// [`keep_decoded`] kept in `delivery` when there is one (taken: a second decode decodes again).
+pub(crate) fn decode_delivery<In: DeserializeOwned + 'static>(
     format: Format,
     delivery: &crate::Delivery,
 ) -> Result<In, DecodeError> {
+    if let Some(kept) = delivery.extensions().find::<Kept<In>>()
+        && let Some(value) = kept.take(delivery.payload())
+    {
+        return Ok(value);
+    }
     format.accepts(content_type_of(delivery.headers()))?;
     format.decode(delivery.payload())
+}
+
+/// Keeps `value`, decoded from `delivery`'s payload by [`decode_delivery`] before the handler
+/// ran (an ordering lane's key), for the handler's own decode of the same type: the payload is
+/// decoded once, not twice.
+pub(crate) fn keep_decoded<T: Send + 'static>(delivery: &mut crate::Delivery, value: T) {
+    let kept = Kept {
+        payload: delivery.payload().clone(),
+        value: std::sync::Mutex::new(Some(value)),
+    };
+    delivery.extensions_mut().insert(kept);
+}
+
+/// A payload's value decoded ahead of the handler ([`keep_decoded`]), and the very bytes it was
+/// decoded from: taken once, and only by a delivery that still carries those bytes.
+struct Kept<T> {
+    payload: Bytes,
+    value: std::sync::Mutex<Option<T>>,
+}
+
+impl<T> Kept<T> {
+    fn take(&self, payload: &Bytes) -> Option<T> {
+        // The same allocation and length (held by `self.payload`, so it cannot be reused).
+        if self.payload.as_ptr() != payload.as_ptr() || self.payload.len() != payload.len() {
+            return None;
+        }
+        self.value
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
 }
 
 #[cfg(feature = "protobuf")]
@@ -482,5 +519,24 @@ mod protobuf {
         ) -> Result<Self::SerializeStructVariant, Failed> {
             Err(Failed(ONLY_PROTO.to_owned()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_value_is_only_for_the_bytes_it_was_decoded_from() {
+        let kept = Kept {
+            payload: Bytes::from(b"{}".to_vec()),
+            value: std::sync::Mutex::new(Some(1)),
+        };
+        // The same text in other bytes, or part of the same bytes: decoded as usual.
+        assert_eq!(kept.take(&Bytes::from(b"{}".to_vec())), None);
+        assert_eq!(kept.take(&kept.payload.slice(..1)), None);
+        // The bytes it was decoded from: taken, once.
+        assert_eq!(kept.take(&kept.payload.clone()), Some(1));
+        assert_eq!(kept.take(&kept.payload.clone()), None);
     }
 }

@@ -120,6 +120,11 @@ impl Extensions {
 
     /// The stored value of type `T`.
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.find()
+    }
+
+    /// [`get`](Self::get) for any `T`: one that is not `Send + Sync` was never stored.
+    pub(crate) fn find<T: 'static>(&self) -> Option<&T> {
         let id = TypeId::of::<T>();
         self.first
             .iter()

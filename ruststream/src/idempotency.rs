@@ -93,22 +93,53 @@ pub fn default_bucket(name: &str) -> String {
 /// Reads the key of a delivery: `Ok(key)`, or why it has none.
 pub(crate) type KeyFn = dyn Fn(&Delivery, Format) -> Result<String, String> + Send + Sync;
 
+/// [`KeyFn`] for a delivery the handler has not seen yet: a payload decoded for the key is kept
+/// in the delivery for the handler's own decode (`codec::keep_decoded`).
+pub(crate) type KeepingKeyFn =
+    dyn Fn(&mut Delivery, Format) -> Result<String, String> + Send + Sync;
+
 /// The key of a delivery, from its payload decoded as `T`.
 pub(crate) fn by_payload<T, K>(key: impl Fn(&T) -> K + Send + Sync + 'static) -> Arc<KeyFn>
 where
     T: DeserializeOwned + 'static,
     K: fmt::Display,
 {
+    Arc::new(move |delivery, format| payload_key(&key, delivery, format).map(|(key, _)| key))
+}
+
+/// [`by_payload`], keeping the decoded payload in the delivery for the handler.
+pub(crate) fn by_payload_kept<T, K>(
+    key: impl Fn(&T) -> K + Send + Sync + 'static,
+) -> Arc<KeepingKeyFn>
+where
+    T: DeserializeOwned + Send + 'static,
+    K: fmt::Display,
+{
     Arc::new(move |delivery, format| {
-        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            crate::codec::decode_delivery::<T>(format, delivery)
-        }));
-        match decoded {
-            Ok(Ok(value)) => check(key(&value).to_string()),
-            Ok(Err(err)) => Err(format!("the payload does not decode: {err}")),
-            Err(_) => Err("decoding the payload panicked".to_owned()),
-        }
+        let (key, value) = payload_key(&key, delivery, format)?;
+        crate::codec::keep_decoded(delivery, value);
+        Ok(key)
     })
+}
+
+/// The key `key` makes of `delivery`'s payload decoded as `T`, and the value it was made of.
+fn payload_key<T, K>(
+    key: &impl Fn(&T) -> K,
+    delivery: &Delivery,
+    format: Format,
+) -> Result<(String, T), String>
+where
+    T: DeserializeOwned + 'static,
+    K: fmt::Display,
+{
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::codec::decode_delivery::<T>(format, delivery)
+    }));
+    match decoded {
+        Ok(Ok(value)) => check(key(&value).to_string()).map(|key| (key, value)),
+        Ok(Err(err)) => Err(format!("the payload does not decode: {err}")),
+        Err(_) => Err("decoding the payload panicked".to_owned()),
+    }
 }
 
 /// The key of a delivery, from its header `name`.

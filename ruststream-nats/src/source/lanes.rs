@@ -153,11 +153,11 @@ impl Lanes {
         tasks: &mut JoinSet<()>,
     ) {
         let shared = &self.shared;
-        let taken = Taken {
+        let mut taken = Taken {
             incoming,
             _permit: permit,
         };
-        let key = match shared.key.of(&taken.incoming.delivery, shared.codec) {
+        let key = match shared.key.of(&mut taken.incoming.delivery, shared.codec) {
             Ok(key) => key,
             Err(why) => {
                 if let Some(not_logged) = NO_KEY.check() {

@@ -341,10 +341,10 @@ impl<S> Registration<S> {
     /// 1 only (checked at startup). Shown in `describe`. See `docs/consumers.md`.
     pub fn by_key<T, K>(&mut self, key: impl Fn(&T) -> K + Send + Sync + 'static) -> &mut Self
     where
-        T: DeserializeOwned + 'static,
+        T: DeserializeOwned + Send + 'static,
         K: fmt::Display,
     {
-        let key = crate::idempotency::by_payload(key);
+        let key = crate::idempotency::by_payload_kept(key);
         self.policy.lanes = Some(super::LaneKey::new("payload".to_owned(), key));
         self
     }
@@ -353,7 +353,8 @@ impl<S> Registration<S> {
     pub fn by_key_header(&mut self, name: impl Into<String>) -> &mut Self {
         let name = name.into();
         let source = format!("header {name}");
-        let key = crate::idempotency::by_header(name);
+        let header = crate::idempotency::by_header(name);
+        let key = Arc::new(move |delivery: &mut Delivery, format| header(delivery, format));
         self.policy.lanes = Some(super::LaneKey::new(source, key));
         self
     }

@@ -296,7 +296,10 @@ fn batch_results(outcome: BatchOutcome, len: usize) -> Vec<Handled> {
 
 /// Decodes `delivery`'s payload; a payload that does not decode, or whose decoding panics (a
 /// custom `Deserialize`), is [`Handled::Undecodable`]: never retried, it would fail the same way.
-fn decode<In: DeserializeOwned>(codec: Format, delivery: &Delivery) -> Result<In, Handled> {
+fn decode<In: DeserializeOwned + 'static>(
+    codec: Format,
+    delivery: &Delivery,
+) -> Result<In, Handled> {
     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         crate::codec::decode_delivery(codec, delivery)
     }));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::Delivery;
 use crate::codec::Format;
-use crate::idempotency::KeyFn;
+use crate::idempotency::KeepingKeyFn;
 
 /// The key of a registration's ordering lanes: deliveries with the same key are handled one
 /// after the other, in the order they arrived; different keys in parallel (up to the
@@ -19,11 +19,11 @@ use crate::idempotency::KeyFn;
 #[derive(Clone)]
 pub struct LaneKey {
     source: String,
-    key: Arc<KeyFn>,
+    key: Arc<KeepingKeyFn>,
 }
 
 impl LaneKey {
-    pub(crate) fn new(source: String, key: Arc<KeyFn>) -> Self {
+    pub(crate) fn new(source: String, key: Arc<KeepingKeyFn>) -> Self {
         Self { source, key }
     }
 
@@ -32,13 +32,15 @@ impl LaneKey {
         &self.source
     }
 
-    /// The key of `delivery` (its payload read as `format`), or why it has none.
+    /// The key of `delivery` (its payload read as `format`), or why it has none. A payload
+    /// decoded for the key is kept in `delivery` for the handler's decode of the same type, so
+    /// the payload is decoded once.
     ///
     /// # Errors
     ///
     /// Why the delivery has no key: its payload does not decode, the header is missing, the
     /// key is empty.
-    pub fn of(&self, delivery: &Delivery, format: Format) -> Result<String, String> {
+    pub fn of(&self, delivery: &mut Delivery, format: Format) -> Result<String, String> {
         (self.key)(delivery, format)
     }
 }
@@ -60,5 +62,106 @@ impl fmt::Debug for LaneKey {
 impl fmt::Display for LaneKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "ordered by key ({})", self.source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use bytes::Bytes;
+    use serde::Deserialize;
+
+    use super::*;
+    use crate::codec::decode_delivery;
+
+    thread_local! {
+        /// How many `Payment`s this test's thread decoded.
+        static DECODED: Cell<usize> = const { Cell::new(0) };
+    }
+
+    fn decoded() -> usize {
+        DECODED.with(Cell::get)
+    }
+
+    #[derive(Debug)]
+    struct Payment {
+        account: u32,
+    }
+
+    impl<'de> Deserialize<'de> for Payment {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            #[derive(Deserialize)]
+            struct Wire {
+                account: u32,
+            }
+            let wire = Wire::deserialize(d)?;
+            DECODED.with(|n| n.set(n.get() + 1));
+            Ok(Self {
+                account: wire.account,
+            })
+        }
+    }
+
+    fn by_account() -> LaneKey {
+        let key = crate::idempotency::by_payload_kept(|p: &Payment| p.account);
+        LaneKey::new("payload".to_owned(), key)
+    }
+
+    fn delivery(body: &str) -> Delivery {
+        Delivery::new("payments", Bytes::from(body.as_bytes().to_vec()))
+    }
+
+    #[test]
+    fn the_payload_decoded_for_the_key_is_the_one_the_handler_gets() {
+        let mut delivery = delivery(r#"{"account":7}"#);
+        assert_eq!(
+            by_account().of(&mut delivery, Format::Json),
+            Ok("7".to_owned())
+        );
+        assert_eq!(decoded(), 1);
+
+        let payment: Payment = decode_delivery(Format::Json, &delivery).expect("decodes");
+        assert_eq!(payment.account, 7);
+        assert_eq!(
+            decoded(),
+            1,
+            "the handler's decode took the value the key was made of"
+        );
+
+        // Taken once: the handler called again (a retry in place) decodes the payload again.
+        let again: Payment = decode_delivery(Format::Json, &delivery).expect("decodes");
+        assert_eq!(again.account, 7);
+        assert_eq!(decoded(), 2);
+
+        // Another type is decoded from the payload as before.
+        let value: serde_json::Value = decode_delivery(Format::Json, &delivery).expect("decodes");
+        assert_eq!(value["account"], 7);
+    }
+
+    #[test]
+    fn a_payload_with_no_key_keeps_nothing() {
+        let mut delivery = delivery(r#"{"account":"seven"}"#);
+        let why = by_account()
+            .of(&mut delivery, Format::Json)
+            .expect_err("no key");
+        assert!(why.starts_with("the payload does not decode"), "{why}");
+        let err = decode_delivery::<Payment>(Format::Json, &delivery).expect_err("undecodable");
+        assert!(err.to_string().contains("invalid type"), "{err}");
+    }
+
+    #[test]
+    fn a_header_key_decodes_nothing() {
+        let header = crate::idempotency::by_header("account".to_owned());
+        let key = LaneKey::new(
+            "header account".to_owned(),
+            Arc::new(move |d: &mut Delivery, f| header(d, f)),
+        );
+        let headers: crate::Headers = [("account", "7")].into_iter().collect();
+        let mut delivery = delivery(r#"{"account":7}"#).with_headers(headers);
+        assert_eq!(key.of(&mut delivery, Format::Json), Ok("7".to_owned()));
+        assert_eq!(decoded(), 0);
+        let payment: Payment = decode_delivery(Format::Json, &delivery).expect("decodes");
+        assert_eq!((payment.account, decoded()), (7, 1));
     }
 }
