@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
@@ -254,38 +253,14 @@ pub async fn reply<R: Outgoing>(
         }
         HandlerOutcome::retry()
     };
-    let subject = value.subject().map_err(|err| failed(&err, R::SUBJECT))?;
-    // In the registration's format, with its `content-type`.
-    let output = ctx
-        .encoded(&subject, &value)
-        .map_err(|err| failed(&err, &subject))?;
-    let Some(inbox) = ctx.delivery().reply_arc() else {
-        ctx.publish_raw(output)
-            .await
-            .map_err(|err| failed(&err, &subject))?;
-        return Ok(());
-    };
-    // The response to a Core request: a plain publish to the requester's inbox. After the
-    // output when a stream must confirm it (a refused output sends no response); first
-    // otherwise, since nothing can refuse a Core publish.
-    let mut response = crate::OutboundMessage::new(Arc::clone(inbox), output.payload.clone());
-    response.headers = output.headers.clone();
-    if ctx.publisher().confirms(&subject) {
-        ctx.publish_raw(output)
-            .await
-            .map_err(|err| failed(&err, &subject))?;
-        ctx.respond(response)
-            .await
-            .map_err(|err| failed(&err, inbox))?;
-    } else {
-        ctx.respond(response)
-            .await
-            .map_err(|err| failed(&err, inbox))?;
-        ctx.publish_raw(output)
-            .await
-            .map_err(|err| failed(&err, &subject))?;
-    }
-    Ok(())
+    let subject =
+        crate::context::outgoing_subject(&value).map_err(|err| failed(&err, R::SUBJECT))?;
+    // In the registration's format, with its `content-type`; for a Core request, the same
+    // message also goes to the requester's inbox as the response (the publisher decides the
+    // order: the response first unless a stream must confirm the output).
+    ctx.publish_value(subject, &value, ctx.delivery().reply_arc())
+        .await
+        .map_err(|err| failed(&err, err.subject()))
 }
 
 /// Fills the placeholders of a subject template (`orders.{tenant}.placed`) with `values`, in

@@ -2,9 +2,10 @@
 //! publishing.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::num::NonZeroU32;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,7 +16,7 @@ use crate::codec::{Codec, Format, Json};
 use crate::delivery::{Delivery, Headers, OutboundMessage};
 use crate::error::{PublishError, PublishErrorKind};
 use crate::outgoing::Outgoing;
-use crate::publish::{CORRELATION_ID_HEADER, Origin, Publish};
+use crate::publish::{CORRELATION_ID_HEADER, EncodedOutput, Origin, Publish};
 
 /// One delivery as its handler sees it.
 ///
@@ -214,9 +215,34 @@ impl<'a> Context<'a> {
     /// [`PublishErrorKind::NotStored`], and the delivery is then not acknowledged even if the
     /// handler returns `Ok` (it comes back as a `retry()`). See `docs/publishing.md`.
     pub async fn publish<T: Outgoing>(&self, value: &T) -> Result<(), PublishError> {
-        let subject = value.subject()?;
-        let message = self.encoded(&subject, value)?;
-        self.publish_raw(message).await
+        let subject = outgoing_subject(value)?;
+        self.publish_value(subject, value, None).await
+    }
+
+    /// Publishes `value` in the registration's format to `subject` as this handling's next
+    /// output, with its `content-type` and the input's correlation id; when `inbox` is given,
+    /// the same message also goes there as the response to the request being handled (what
+    /// [`Publish::publish_encoded`] says). The value is encoded once, and the output and the
+    /// response share its headers and payload.
+    pub(crate) async fn publish_value<T: Serialize + ?Sized>(
+        &self,
+        subject: Cow<'static, str>,
+        value: &T,
+        inbox: Option<&Arc<str>>,
+    ) -> Result<(), PublishError> {
+        let payload = self
+            .format
+            .encode(value)
+            .map_err(|e| PublishError::new(PublishErrorKind::Encode, &*subject).with_source(e))?;
+        let mut headers = Headers::new();
+        let (name, content_type) = self.format.content_type_header();
+        headers.insert(name, content_type);
+        self.correlate_headers(&mut headers);
+        let origin = self.next_origin();
+        let output = EncodedOutput::new(subject, headers, payload, origin).responding_to(inbox);
+        let result = self.publisher.publish_encoded(output).await;
+        self.record_unconfirmed(&result);
+        result
     }
 
     /// Publishes an [`Outgoing`] message to its subject with `headers` (added to the
@@ -272,20 +298,30 @@ impl<'a> Context<'a> {
     /// confirmed like [`Context::publish`] when a stream stores its subject.
     pub async fn publish_raw(&self, mut message: OutboundMessage) -> Result<(), PublishError> {
         self.correlate(&mut message);
-        let origin = Origin {
+        let origin = self.next_origin();
+        let result = self.publisher.publish_output(message, origin).await;
+        self.record_unconfirmed(&result);
+        result
+    }
+
+    /// The origin of this handling's next output.
+    fn next_origin(&self) -> Origin<'a> {
+        Origin {
             delivery: self.delivery,
             registration: self.registration,
             output: self.outputs.next(),
-        };
-        let result = self.publisher.publish_output(message, origin).await;
-        if let Err(err) = &result
+        }
+    }
+
+    /// Keeps the first output a stream did not confirm, for the settlement.
+    fn record_unconfirmed(&self, result: &Result<(), PublishError>) {
+        if let Err(err) = result
             && err.kind() == PublishErrorKind::NotStored
             && let Ok(mut unconfirmed) = self.unconfirmed.lock()
             && unconfirmed.is_none()
         {
             *unconfirmed = Some(err.to_string());
         }
-        result
     }
 
     /// Sends `value` as a JSON request to `subject` and decodes the response as `R`.
@@ -322,10 +358,15 @@ impl<'a> Context<'a> {
 
     /// Sets the input's correlation id on `message`, unless it has one.
     fn correlate(&self, message: &mut OutboundMessage) {
-        if message.headers.get(CORRELATION_ID_HEADER).is_none()
+        self.correlate_headers(&mut message.headers);
+    }
+
+    /// Sets the input's correlation id in `headers`, unless they have one.
+    fn correlate_headers(&self, headers: &mut Headers) {
+        if headers.get(CORRELATION_ID_HEADER).is_none()
             && let Some(id) = self.delivery.headers().get(CORRELATION_ID_HEADER)
         {
-            message.headers.insert(CORRELATION_ID_HEADER, id);
+            headers.insert(CORRELATION_ID_HEADER, id);
         }
     }
 
@@ -333,6 +374,16 @@ impl<'a> Context<'a> {
     pub(crate) fn unconfirmed(&self) -> Option<String> {
         self.unconfirmed.lock().ok().and_then(|u| u.clone())
     }
+}
+
+/// The subject `value` is published to, borrowed for as long as the program runs when it is the
+/// type's [`Outgoing::SUBJECT`] (no placeholders to fill), so that a broker can use it without
+/// a copy.
+pub(crate) fn outgoing_subject<T: Outgoing>(value: &T) -> Result<Cow<'static, str>, PublishError> {
+    Ok(match value.subject()? {
+        Cow::Borrowed(subject) if subject == T::SUBJECT => Cow::Borrowed(T::SUBJECT),
+        subject => Cow::Owned(subject.into_owned()),
+    })
 }
 
 /// Sends `value` as a JSON request to `subject` through `publisher`, decodes the response.

@@ -42,7 +42,7 @@ pub use handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs, Publish
 pub use header::{CorrelationId, Header, TypedHeader};
 pub use outcome::HandlerOutcome;
 pub use outgoing::Outgoing;
-pub use publish::{CORRELATION_ID_HEADER, Origin, Publish};
+pub use publish::{CORRELATION_ID_HEADER, EncodedOutput, Origin, Publish};
 pub use registration::{Descriptor, Endpoint, Mount, Registration, WithHandler};
 pub use router::Router;
 

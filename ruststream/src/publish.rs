@@ -1,12 +1,14 @@
 //! The one thing every broker offers the runtime besides deliveries: publishing.
 
 use std::any::Any;
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 
-use crate::delivery::{Delivery, OutboundMessage};
+use crate::delivery::{Delivery, Headers, OutboundMessage};
 use crate::error::{PublishError, PublishErrorKind};
 
 /// The header that carries a correlation id from a handler's input to everything it publishes.
@@ -31,6 +33,52 @@ pub struct Origin<'a> {
     pub output: u32,
 }
 
+/// A value the runtime encoded and publishes as an output of a handling: a `reply` handler's
+/// `Ok` value, or what `ctx.publish(&value)` sends. For a Core request (the delivery carries a
+/// reply inbox), the same headers and payload also go to the inbox as the response.
+///
+/// The parts a broker would otherwise build twice are given once: the subject as the value
+/// names it (borrowed when it is known at compile time, so a broker can use it without a
+/// copy), one set of headers and one payload for the output and the response.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct EncodedOutput<'a> {
+    /// The output's subject.
+    pub subject: Cow<'static, str>,
+    /// The headers of the output, and of the response: the `content-type`, the correlation id.
+    pub headers: Headers,
+    /// The encoded value.
+    pub payload: Bytes,
+    /// The handling the output comes from.
+    pub origin: Origin<'a>,
+    /// The reply inbox of the request being handled, which the response goes to.
+    pub inbox: Option<&'a Arc<str>>,
+}
+
+impl<'a> EncodedOutput<'a> {
+    /// An output of handling `origin` to `subject`, with no response.
+    pub fn new(
+        subject: Cow<'static, str>,
+        headers: Headers,
+        payload: Bytes,
+        origin: Origin<'a>,
+    ) -> Self {
+        Self {
+            subject,
+            headers,
+            payload,
+            origin,
+            inbox: None,
+        }
+    }
+
+    /// The same output, and the response to the request whose reply inbox is `inbox`.
+    pub fn responding_to(mut self, inbox: Option<&'a Arc<str>>) -> Self {
+        self.inbox = inbox;
+        self
+    }
+}
+
 /// Publishes messages on a broker. Implemented by each broker; the runtime and
 /// [`Context::publish`](crate::Context::publish) use it.
 pub trait Publish: Send + Sync {
@@ -47,6 +95,47 @@ pub trait Publish: Send + Sync {
     ) -> BoxFuture<'a, Result<(), PublishError>> {
         let _ = origin;
         self.publish(message)
+    }
+
+    /// Publishes `output` as [`Publish::publish_output`] would and, when it carries a reply
+    /// inbox, the same headers and payload to the inbox as the response: first when the output
+    /// is not confirmed (nothing can refuse a Core publish), after the confirmed output
+    /// otherwise (a refused output sends no response). The error's
+    /// [`subject`](PublishError::subject) says which of the two failed. The default publishes
+    /// each as its own message.
+    fn publish_encoded<'a>(
+        &'a self,
+        output: EncodedOutput<'a>,
+    ) -> BoxFuture<'a, Result<(), PublishError>> {
+        Box::pin(async move {
+            let EncodedOutput {
+                subject,
+                headers,
+                payload,
+                origin,
+                inbox,
+            } = output;
+            let output = OutboundMessage {
+                subject: Arc::from(subject),
+                headers,
+                payload,
+            };
+            let Some(inbox) = inbox else {
+                return self.publish_output(output, origin).await;
+            };
+            let response = OutboundMessage {
+                subject: Arc::clone(inbox),
+                headers: output.headers.clone(),
+                payload: output.payload.clone(),
+            };
+            if self.confirms(&output.subject) {
+                self.publish_output(output, origin).await?;
+                self.publish(response).await
+            } else {
+                self.publish(response).await?;
+                self.publish_output(output, origin).await
+            }
+        })
     }
 
     /// Whether a publish to `subject` waits for a confirmation (a stream stores it, as last

@@ -23,12 +23,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use ruststream::{Origin, OutboundMessage, Publish, PublishError, PublishErrorKind};
+use ruststream::{
+    EncodedOutput, Headers, Origin, OutboundMessage, Publish, PublishError, PublishErrorKind,
+};
 use tokio::time::Instant;
 
 use crate::JetStreamInfo;
 use crate::subject::{matches, subject_problem};
-use crate::transport::{StoredAck, StreamSpec, Transport, TransportError, TransportErrorKind};
+use crate::transport::{
+    StoredAck, StreamSpec, Target, Transport, TransportError, TransportErrorKind,
+};
 
 /// The header JetStream deduplicates on.
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
@@ -210,61 +214,113 @@ impl NatsPublisher {
     /// message id derived from `origin`, when given), else a Core publish.
     pub(crate) async fn send(
         &self,
-        mut message: OutboundMessage,
+        message: OutboundMessage,
         origin: Option<Origin<'_>>,
     ) -> Result<Option<StoredAck>, PublishError> {
-        let subject = Arc::clone(&message.subject);
-        refuse_invalid(&subject, "publish")?;
-        self.relearn_if_due().await;
-        if let Some(stream) = self.stored.stream_of(&subject) {
-            if message.headers.get(MSG_ID_HEADER).is_none()
-                && let Some(id) = origin.as_ref().and_then(shared_output_message_id)
-            {
-                message.headers.insert(msg_id_name(), id);
-            }
-            // The headers are lent: the transport converts them to its own form, and they
-            // stay here for the Core publish should the stream be gone.
-            match self
-                .transport
-                .publish_confirmed_lent(
-                    Arc::clone(&subject),
-                    &message.headers,
-                    message.payload.clone(),
-                )
-                .await
-            {
-                Ok(ack) => {
-                    ruststream::telemetry::published("stored");
-                    if ack.duplicate {
-                        tracing::debug!(
-                            subject = %subject,
-                            stream = %ack.stream,
-                            sequence = ack.sequence,
-                            msg_id = message.headers.get(MSG_ID_HEADER).unwrap_or_default(),
-                            "the stream already held this output (a redelivered input published it again); the copy was dropped"
-                        );
-                    }
-                    return Ok(Some(ack));
-                }
-                // The stream is gone since the list was learned: a Core publish, as for any
-                // subject no stream stores.
-                Err(err) if err.kind == TransportErrorKind::NoStream => {
-                    tracing::warn!(
-                        subject = %subject,
-                        %stream,
-                        "stream `{stream}` no longer stores the subject; published on Core NATS, unconfirmed"
-                    );
-                    self.stored.forget();
-                }
-                Err(err) => return Err(not_stored(&subject, &stream, &err)),
-            }
-        }
-        self.transport
-            .publish(Arc::clone(&subject), message.headers, message.payload)
+        let target = Target::Shared(message.subject);
+        self.deliver(target, message.headers, message.payload, origin, None)
             .await
-            .map_err(|err| broker_error(&subject, err))?;
-        ruststream::telemetry::published("core");
-        Ok(None)
+    }
+
+    /// Publishes a message to `subject`, confirmed by its stream when one stores the subject
+    /// (with the message id derived from `origin`, when given), else a Core publish; and when
+    /// `inbox` is given, the same headers and payload to it as the response to a request
+    /// (first when the output is a Core publish, after the confirmed output otherwise).
+    async fn deliver(
+        &self,
+        subject: Target,
+        mut headers: Headers,
+        payload: Bytes,
+        origin: Option<Origin<'_>>,
+        inbox: Option<&Arc<str>>,
+    ) -> Result<Option<StoredAck>, PublishError> {
+        refuse_invalid(&subject, "publish")?;
+        if let Some(inbox) = inbox {
+            refuse_invalid(inbox, "publish")?;
+        }
+        self.relearn_if_due().await;
+        let Some(stream) = self.stored.stream_of(&subject) else {
+            // The response first: nothing can refuse a Core publish. One conversion of the
+            // headers for both.
+            let (both, one);
+            let subjects: &[Target] = match inbox {
+                Some(inbox) => {
+                    both = [Target::Shared(Arc::clone(inbox)), subject];
+                    &both
+                }
+                None => {
+                    one = [subject];
+                    &one
+                }
+            };
+            self.core(subjects, &headers, payload).await?;
+            return Ok(None);
+        };
+        // The response goes after the confirmed output, without its message id.
+        let response = inbox.map(|inbox| (Target::Shared(Arc::clone(inbox)), headers.clone()));
+        if headers.get(MSG_ID_HEADER).is_none()
+            && let Some(id) = origin.as_ref().and_then(shared_output_message_id)
+        {
+            headers.insert(msg_id_name(), id);
+        }
+        // The headers are lent: the transport converts them to its own form, and they stay
+        // here for the Core publish should the stream be gone.
+        let confirmed = self
+            .transport
+            .publish_confirmed_lent(subject.clone(), &headers, payload.clone())
+            .await;
+        let ack = match confirmed {
+            Ok(ack) => {
+                ruststream::telemetry::published("stored");
+                if ack.duplicate {
+                    tracing::debug!(
+                        subject = &*subject,
+                        stream = %ack.stream,
+                        sequence = ack.sequence,
+                        msg_id = headers.get(MSG_ID_HEADER).unwrap_or_default(),
+                        "the stream already held this output (a redelivered input published it again); the copy was dropped"
+                    );
+                }
+                Some(ack)
+            }
+            // The stream is gone since the list was learned: a Core publish, as for any
+            // subject no stream stores.
+            Err(err) if err.kind == TransportErrorKind::NoStream => {
+                tracing::warn!(
+                    subject = &*subject,
+                    %stream,
+                    "stream `{stream}` no longer stores the subject; published on Core NATS, unconfirmed"
+                );
+                self.stored.forget();
+                self.core(&[subject], &headers, payload.clone()).await?;
+                None
+            }
+            Err(err) => return Err(not_stored(&subject, &stream, &err)),
+        };
+        if let Some((inbox, headers)) = response {
+            self.core(&[inbox], &headers, payload).await?;
+        }
+        Ok(ack)
+    }
+
+    /// Core-publishes the same message to each of `subjects`, in order.
+    async fn core(
+        &self,
+        subjects: &[Target],
+        headers: &Headers,
+        payload: Bytes,
+    ) -> Result<(), PublishError> {
+        self.transport
+            .publish_each(subjects, headers, payload)
+            .await
+            .map_err(|(index, err)| {
+                let subject = subjects.get(index).map_or("", |subject| &**subject);
+                broker_error(subject, err)
+            })?;
+        for _ in subjects {
+            ruststream::telemetry::published("core");
+        }
+        Ok(())
     }
 
     /// A JetStream publish whatever the list of streams says: the stream's acknowledgement,
@@ -395,6 +451,24 @@ impl Publish for NatsPublisher {
         origin: Origin<'a>,
     ) -> BoxFuture<'a, Result<(), PublishError>> {
         Box::pin(async move { self.send(message, Some(origin)).await.map(drop) })
+    }
+
+    fn publish_encoded<'a>(
+        &'a self,
+        output: EncodedOutput<'a>,
+    ) -> BoxFuture<'a, Result<(), PublishError>> {
+        let subject = Target::from(output.subject);
+        Box::pin(async move {
+            self.deliver(
+                subject,
+                output.headers,
+                output.payload,
+                Some(output.origin),
+                output.inbox,
+            )
+            .await
+            .map(drop)
+        })
     }
 
     fn request(

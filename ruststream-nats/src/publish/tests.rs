@@ -179,6 +179,101 @@ async fn a_refusal_is_not_stored_with_the_reason() {
     );
 }
 
+/// A Core request on `orders.placed` whose reply inbox is `_INBOX.r.1`.
+fn request_input() -> Delivery {
+    Delivery::new("orders.placed", Bytes::from_static(b"{}"))
+        .with_reply(Some(Arc::from("_INBOX.r.1")))
+}
+
+/// `subject`'s value with a `content-type`, as output 0 of handling `input`, answering its
+/// request when it is one.
+fn encoded<'a>(subject: &'static str, input: &'a Delivery) -> EncodedOutput<'a> {
+    let mut headers = Headers::new();
+    headers.insert(ruststream::codec::CONTENT_TYPE, "application/json");
+    let origin = Origin {
+        delivery: input,
+        registration: "answer",
+        output: 0,
+    };
+    EncodedOutput::new(
+        std::borrow::Cow::Borrowed(subject),
+        headers,
+        Bytes::from_static(b"{}"),
+        origin,
+    )
+    .responding_to(input.reply_arc())
+}
+
+#[tokio::test]
+async fn a_response_goes_before_a_core_output_with_the_same_headers() {
+    let (wire, publisher) = publisher(|| Err(TransportError::new(TransportErrorKind::Other, "")));
+    let input = request_input();
+    publisher
+        .publish_encoded(encoded("answered", &input))
+        .await
+        .expect("published");
+    let sent = wire.sent.lock().expect("not poisoned").clone();
+    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(subjects, ["core _INBOX.r.1", "core answered"]);
+    assert_eq!(sent[0].1, sent[1].1);
+    assert_eq!(
+        sent[0].1.get(ruststream::codec::CONTENT_TYPE),
+        Some("application/json")
+    );
+}
+
+#[tokio::test]
+async fn a_response_goes_after_its_confirmed_output_and_not_after_a_refused_one() {
+    let (wire, storing) = publisher(|| {
+        Ok(StoredAck {
+            stream: "OUT".into(),
+            sequence: 1,
+            duplicate: false,
+        })
+    });
+    let input = request_input();
+    storing
+        .publish_encoded(encoded("out.answered", &input))
+        .await
+        .expect("stored, then answered");
+    let sent = wire.sent.lock().expect("not poisoned").clone();
+    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(subjects, ["stored out.answered", "core _INBOX.r.1"]);
+
+    let (wire, refusing) = publisher(|| {
+        Err(TransportError::new(
+            TransportErrorKind::Refused,
+            "maximum messages exceeded",
+        ))
+    });
+    let err = refusing
+        .publish_encoded(encoded("out.answered", &input))
+        .await
+        .expect_err("refused");
+    assert_eq!(err.kind(), PublishErrorKind::NotStored);
+    assert_eq!(err.subject(), "out.answered");
+    let sent = wire.sent.lock().expect("not poisoned").clone();
+    assert_eq!(
+        sent.len(),
+        1,
+        "no response after a refused output: {sent:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_inbox_that_is_not_a_subject_is_refused_before_anything_is_sent() {
+    let (wire, publisher) = publisher(|| Err(TransportError::new(TransportErrorKind::Other, "")));
+    let input = Delivery::new("orders.placed", Bytes::from_static(b"{}"))
+        .with_reply(Some(Arc::from("_INBOX.*")));
+    let err = publisher
+        .publish_encoded(encoded("answered", &input))
+        .await
+        .expect_err("a pattern is no inbox");
+    assert_eq!(err.kind(), PublishErrorKind::InvalidSubject);
+    assert_eq!(err.subject(), "_INBOX.*");
+    assert!(wire.sent.lock().expect("not poisoned").is_empty());
+}
+
 #[test]
 fn a_core_input_has_no_output_id() {
     let input = Delivery::new("orders.placed", Bytes::from_static(b"{}"));

@@ -211,6 +211,47 @@ pub type MessageStream = BoxStream<'static, Result<RawMessage, TransportError>>;
 /// An open subscription or pull: its messages, and how to stop them.
 pub type Subscription = (MessageStream, Box<dyn Unsubscribe>);
 
+/// The subject of a message a handling publishes: shared with the runtime, or known at compile
+/// time (an `#[outgoing]` subject without placeholders), which a transport may send without
+/// copying it.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A subject made at run time (a filled template, a reply inbox, `ctx.publish_to`).
+    Shared(Arc<str>),
+    /// A subject written in the program.
+    Static(&'static str),
+}
+
+impl Target {
+    /// The subject as a shared string (a copy of a static one).
+    pub fn into_shared(self) -> Arc<str> {
+        match self {
+            Self::Shared(subject) => subject,
+            Self::Static(subject) => Arc::from(subject),
+        }
+    }
+}
+
+impl std::ops::Deref for Target {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            Self::Shared(subject) => subject,
+            Self::Static(subject) => subject,
+        }
+    }
+}
+
+impl From<std::borrow::Cow<'static, str>> for Target {
+    fn from(subject: std::borrow::Cow<'static, str>) -> Self {
+        match subject {
+            std::borrow::Cow::Borrowed(subject) => Self::Static(subject),
+            std::borrow::Cow::Owned(subject) => Self::Shared(Arc::from(subject)),
+        }
+    }
+}
+
 /// The wire, as the NATS runtime uses it.
 pub trait Transport: Send + Sync + 'static {
     /// Publishes a Core message (also how acknowledgements are sent).
@@ -220,6 +261,31 @@ pub trait Transport: Send + Sync + 'static {
         headers: Headers,
         payload: Bytes,
     ) -> BoxFuture<'_, Result<(), TransportError>>;
+
+    /// Core-publishes one message, the same headers and payload, to each of `subjects` in
+    /// turn: a handling's output, or the response to a request and the output it answers
+    /// with. The headers are lent, so that a transport with a form of its own converts them
+    /// once for all the subjects. Stops at the first subject that fails: its index and the
+    /// error. The default publishes each with [`Transport::publish`].
+    fn publish_each<'a>(
+        &'a self,
+        subjects: &'a [Target],
+        headers: &'a Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'a, Result<(), (usize, TransportError)>> {
+        Box::pin(async move {
+            for (index, subject) in subjects.iter().enumerate() {
+                self.publish(
+                    subject.clone().into_shared(),
+                    headers.clone(),
+                    payload.clone(),
+                )
+                .await
+                .map_err(|err| (index, err))?;
+            }
+            Ok(())
+        })
+    }
 
     /// Publishes to a stream and waits for the stream's acknowledgement; returns the stream
     /// sequence. `NoStream` when no stream stores the subject.
@@ -257,11 +323,11 @@ pub trait Transport: Send + Sync + 'static {
     /// when no stream stores the subject after all). The default clones them.
     fn publish_confirmed_lent(
         &self,
-        subject: Arc<str>,
+        subject: Target,
         headers: &Headers,
         payload: Bytes,
     ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
-        self.publish_confirmed(subject, headers.clone(), payload)
+        self.publish_confirmed(subject.into_shared(), headers.clone(), payload)
     }
 
     /// Every stream and the subjects it stores: how the runtime learns, once at startup and

@@ -98,13 +98,17 @@ pub(crate) fn header_map_with_context(headers: &Headers) -> Result<HeaderMap, Tr
 /// which builds on the transport: the transport does not name it, a test checks the two agree).
 const RETRY_COUNT: &str = "x-ruststream-retry-count";
 
+/// The header JetStream deduplicates on, `crate::publish::MSG_ID_HEADER` (a test checks the
+/// two agree).
+const MSG_ID: &str = "Nats-Msg-Id";
+
 /// The names the runtime writes on most messages, as async-nats names that point at the
 /// constant instead of copying it: `HeaderName::from_str` copies every name but those NATS
 /// defines itself (`Nats-Msg-Id` and the like).
 fn known_name(name: &str) -> Option<HeaderName> {
     // Made at compile time: `HeaderName::from_static` compares the name with each name NATS
     // defines when it runs.
-    const KNOWN: [(&str, HeaderName); 3] = [
+    const KNOWN: [(&str, HeaderName); 4] = [
         (
             ruststream::codec::CONTENT_TYPE,
             HeaderName::from_static(ruststream::codec::CONTENT_TYPE),
@@ -114,6 +118,9 @@ fn known_name(name: &str) -> Option<HeaderName> {
             HeaderName::from_static(ruststream::CORRELATION_ID_HEADER),
         ),
         (RETRY_COUNT, HeaderName::from_static(RETRY_COUNT)),
+        // A stored output's message id: `from_str` would find it among NATS's own names,
+        // comparing it with each.
+        (MSG_ID, HeaderName::from_static(MSG_ID)),
     ];
     KNOWN
         .into_iter()
@@ -144,11 +151,17 @@ mod tests {
     }
 
     #[test]
+    fn the_message_id_header_is_the_publishers_one() {
+        assert_eq!(MSG_ID, crate::publish::MSG_ID_HEADER);
+    }
+
+    #[test]
     fn the_names_the_runtime_writes_convert_like_any_other() {
         let mut headers = Headers::new();
         headers.insert(ruststream::codec::CONTENT_TYPE, "application/json");
         headers.insert(ruststream::CORRELATION_ID_HEADER, "c-1");
         headers.insert(crate::RETRY_COUNT_HEADER, "2");
+        headers.insert(MSG_ID, "s:1:r:0");
         headers.insert("x-other", "v");
         let map = to_header_map(&headers).expect("valid headers");
         for (name, value) in headers.iter() {
@@ -160,7 +173,7 @@ mod tests {
             );
             assert_eq!(known_name(name).is_some(), name != "x-other", "{name}");
         }
-        assert_eq!(map.len(), 4);
+        assert_eq!(map.len(), 5);
     }
 
     /// What `to_header_map` gives, converted one header at a time without the kept map.

@@ -43,8 +43,8 @@ pub use self::headers::{from_header_map, to_header_map};
 use self::pull::{Lookahead, Puller};
 use self::reading::{Pumped, raw, reading};
 use super::{
-    ConsumerSpec, KvEntry, RawMessage, Refusal, StoredAck, StreamSpec, Subscription, Transport,
-    TransportError, TransportErrorKind,
+    ConsumerSpec, KvEntry, RawMessage, Refusal, StoredAck, StreamSpec, Subscription, Target,
+    Transport, TransportError, TransportErrorKind,
 };
 use crate::events::{Events, subscription_id};
 
@@ -143,14 +143,13 @@ impl NatsTransport {
     /// the trace context already (taken when the publish is asked for, not when it is polled).
     async fn stored(
         &self,
-        subject: Arc<str>,
+        subject: Target,
         headers: HeaderMap,
         payload: Bytes,
     ) -> Result<StoredAck, TransportError> {
         let ack = self
             .jetstream
-            // One copy of the subject (async-nats keeps it as bytes).
-            .publish_with_headers(async_nats::Subject::from(&*subject), headers, payload)
+            .publish_with_headers(nats_subject(&subject), headers, payload)
             .await
             .map_err(|err| stored_publish_error(&subject, err))?
             .await
@@ -161,6 +160,27 @@ impl NatsTransport {
             duplicate: ack.duplicate,
         })
     }
+}
+
+/// `subject` as async-nats keeps it: a static subject as it is, a shared one copied once
+/// (async-nats keeps subjects as bytes).
+fn nats_subject(subject: &Target) -> async_nats::Subject {
+    match subject {
+        Target::Static(subject) => async_nats::Subject::from_static(subject),
+        Target::Shared(subject) => async_nats::Subject::from(&**subject),
+    }
+}
+
+/// A Core publish's error from async-nats as a [`TransportError`].
+fn core_publish_error(subject: &str, err: async_nats::client::PublishError) -> TransportError {
+    use async_nats::client::PublishErrorKind as K;
+    let message = format!("publishing to `{subject}` failed");
+    match err.kind() {
+        K::InvalidSubject => TransportError::new(TransportErrorKind::Invalid, message),
+        K::MaxPayloadExceeded => TransportError::refused(Refusal::TooLarge, message),
+        _ => TransportError::new(TransportErrorKind::Other, message),
+    }
+    .with_cause(err)
 }
 
 impl Transport for NatsTransport {
@@ -182,16 +202,39 @@ impl Transport for NatsTransport {
                     .publish_with_headers(target, headers, payload)
                     .await
             };
-            result.map_err(|err| {
-                use async_nats::client::PublishErrorKind as K;
-                let message = format!("publishing to `{subject}` failed");
-                match err.kind() {
-                    K::InvalidSubject => TransportError::new(TransportErrorKind::Invalid, message),
-                    K::MaxPayloadExceeded => TransportError::refused(Refusal::TooLarge, message),
-                    _ => TransportError::new(TransportErrorKind::Other, message),
-                }
-                .with_cause(err)
-            })
+            result.map_err(|err| core_publish_error(&subject, err))
+        })
+    }
+
+    fn publish_each<'a>(
+        &'a self,
+        subjects: &'a [Target],
+        headers: &'a Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'a, Result<(), (usize, TransportError)>> {
+        // Converted once, before the future is made: the first subjects get a clone of the
+        // map (what async-nats takes by value), the last one the map itself.
+        let converted = self::headers::header_map_with_context(headers);
+        Box::pin(async move {
+            let mut map = converted.map_err(|err| (0, err))?;
+            let last = subjects.len().saturating_sub(1);
+            for (index, subject) in subjects.iter().enumerate() {
+                let target = nats_subject(subject);
+                let result = if map.is_empty() {
+                    self.client.publish(target, payload.clone()).await
+                } else {
+                    let headers = if index == last {
+                        std::mem::take(&mut map)
+                    } else {
+                        map.clone()
+                    };
+                    self.client
+                        .publish_with_headers(target, headers, payload.clone())
+                        .await
+                };
+                result.map_err(|err| (index, core_publish_error(subject, err)))?;
+            }
+            Ok(())
         })
     }
 
@@ -203,7 +246,9 @@ impl Transport for NatsTransport {
     ) -> BoxFuture<'_, Result<u64, TransportError>> {
         let headers = to_header_map(&crate::telemetry::with_context(headers));
         Box::pin(async move {
-            let ack = self.stored(subject, headers?, payload).await?;
+            let ack = self
+                .stored(Target::Shared(subject), headers?, payload)
+                .await?;
             Ok(ack.sequence)
         })
     }
@@ -215,14 +260,14 @@ impl Transport for NatsTransport {
         payload: Bytes,
     ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
         match to_header_map(&crate::telemetry::with_context(headers)) {
-            Ok(headers) => Box::pin(self.stored(subject, headers, payload)),
+            Ok(headers) => Box::pin(self.stored(Target::Shared(subject), headers, payload)),
             Err(err) => Box::pin(std::future::ready(Err(err))),
         }
     }
 
     fn publish_confirmed_lent(
         &self,
-        subject: Arc<str>,
+        subject: Target,
         headers: &Headers,
         payload: Bytes,
     ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
