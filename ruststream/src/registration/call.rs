@@ -182,13 +182,14 @@ where
             Ok(input) => input,
             Err(undecodable) => return undecodable,
         };
-        let erased: &(dyn Any + Send + Sync) = &**state;
-        let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
-        let run = self
-            .handler
-            .handle_with_state(&input, &self.outs, state, &mut ctx);
-        let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
-        single_result(ran, &ctx)
+        let call = Call {
+            delivery,
+            state,
+            publisher,
+            name,
+            codec,
+        };
+        call.run(&self.handler, &input, &self.outs).await
     }
 }
 
@@ -214,11 +215,40 @@ where
         name: &'a str,
         codec: Format,
     ) -> Handled {
-        let erased: &(dyn Any + Send + Sync) = &**state;
-        let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
-        let run =
-            self.handler
-                .handle_with_state((self.payload)(delivery), &self.outs, state, &mut ctx);
+        let call = Call {
+            delivery,
+            state,
+            publisher,
+            name,
+            codec,
+        };
+        call.run(&self.handler, (self.payload)(delivery), &self.outs)
+            .await
+    }
+}
+
+/// What a single handler's call is made with.
+struct Call<'a, S> {
+    delivery: &'a Delivery,
+    state: &'a Arc<S>,
+    publisher: &'a dyn Publish,
+    name: &'a str,
+    codec: Format,
+}
+
+impl<S: Send + Sync + 'static> Call<'_, S> {
+    /// Runs `handler` on `input` with a [`Context`] over the delivery, its panic caught, and
+    /// says what it did: the tail [`Decoded`] and [`Taken`] share.
+    async fn run<H, In, O>(self, handler: &H, input: &In, outs: &O) -> Handled
+    where
+        H: Handle<In, O, S>,
+        In: ?Sized + Sync,
+        O: Outs,
+    {
+        let erased: &(dyn Any + Send + Sync) = &**self.state;
+        let mut ctx = Context::new(self.delivery, erased, self.publisher, self.name)
+            .with_format(self.codec);
+        let run = handler.handle_with_state(input, outs, self.state, &mut ctx);
         let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
         single_result(ran, &ctx)
     }
