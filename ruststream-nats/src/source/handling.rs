@@ -13,11 +13,11 @@ use ruststream::{Delivery, Endpoint, Publish};
 use tokio::time::Instant;
 
 use super::{Progress, Source};
-use crate::transport::RawMessage;
 use crate::JetStreamInfo;
 use crate::executor::{Executor, Incoming};
 use crate::publish::NatsPublisher;
 use crate::telemetry;
+use crate::transport::RawMessage;
 
 impl Source {
     /// Runs the handler on `unit` and executes the decisions.

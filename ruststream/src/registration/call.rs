@@ -246,8 +246,8 @@ impl<S: Send + Sync + 'static> Call<'_, S> {
         O: Outs,
     {
         let erased: &(dyn Any + Send + Sync) = &**self.state;
-        let mut ctx = Context::new(self.delivery, erased, self.publisher, self.name)
-            .with_format(self.codec);
+        let mut ctx =
+            Context::new(self.delivery, erased, self.publisher, self.name).with_format(self.codec);
         let run = handler.handle_with_state(input, outs, self.state, &mut ctx);
         let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
         single_result(ran, &ctx)

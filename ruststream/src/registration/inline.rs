@@ -70,18 +70,21 @@ impl<S: Send + Sync + 'static, C: SingleCall<S>> BindSingle<S> for C {
             let both = Arc::clone(&both);
             async move {
                 let (call, bound) = &*both;
-                let handled = limited(
-                    bound.timeout,
-                    call.call(
-                        &delivery,
-                        &bound.state,
-                        &*bound.publisher,
-                        &bound.name,
-                        bound.codec,
-                    ),
-                )
-                .await
-                .unwrap_or_else(Handled::TimedOut);
+                let (state, publisher) = (&bound.state, &*bound.publisher);
+                // Awaited as it is without a timeout: `limited`'s future would hold the call's
+                // and be moved with it.
+                let handled = match bound.timeout {
+                    None => {
+                        call.call(&delivery, state, publisher, &bound.name, bound.codec)
+                            .await
+                    }
+                    Some(limit) => tokio::time::timeout(
+                        limit,
+                        call.call(&delivery, state, publisher, &bound.name, bound.codec),
+                    )
+                    .await
+                    .unwrap_or(Handled::TimedOut(limit)),
+                };
                 (delivery, handled)
             }
         })

@@ -165,9 +165,9 @@ impl Stream for CoreReading {
                     if let CoreState::Running { subscriber, .. } =
                         std::mem::replace(&mut this.state, CoreState::Ended)
                     {
-                        this.state = CoreState::Stopping(Box::pin(Reading::stopped(
-                            Pumped::Core(subscriber),
-                        )));
+                        this.state = CoreState::Stopping(Box::pin(Reading::stopped(Pumped::Core(
+                            subscriber,
+                        ))));
                     }
                 }
                 CoreState::Stopping(stopping) => {
