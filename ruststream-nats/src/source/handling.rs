@@ -104,6 +104,9 @@ impl Source {
     /// future (moved into the source's slot, and into a task on stop) does not carry it; it
     /// comes back with what the handler said, for the settlement. Resolves with `handler`, for
     /// the next.
+    // Inlined into the source's loop: the future it makes is then built next to the slot it
+    // goes into, not returned through a copy of its own.
+    #[inline(always)]
     pub(super) fn handle_inline(
         &self,
         shared: &Arc<Inline>,
