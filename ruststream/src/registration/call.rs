@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use super::builder::{BatchFn, HandlerKind, LayerStack, Registration};
 use super::descriptor::Descriptor;
-use super::inline::{BindSingle, SingleCall};
+use super::inline::{BindSingle, Call, SingleCall};
 use super::policy::Policy;
 use super::schemas::Schemas;
 use crate::codec::Format;
@@ -21,7 +21,6 @@ use crate::handled::Handled;
 use crate::handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs};
 use crate::outcome::HandlerOutcome;
 use crate::panic::panic_message;
-use crate::publish::Publish;
 
 impl<S: Send + Sync + 'static> Registration<S> {
     /// A registration of handler `H` for messages `In`, publishing `O`.
@@ -170,24 +169,10 @@ where
     O: Outs,
     S: Send + Sync + 'static,
 {
-    async fn call<'a>(
-        &'a self,
-        delivery: &'a Delivery,
-        state: &'a Arc<S>,
-        publisher: &'a dyn Publish,
-        name: &'a str,
-        codec: Format,
-    ) -> Handled {
-        let input: In = match decode(codec, delivery) {
+    async fn call<'a>(&'a self, call: Call<'a, S>) -> Handled {
+        let input: In = match decode(call.codec, call.delivery) {
             Ok(input) => input,
             Err(undecodable) => return undecodable,
-        };
-        let call = Call {
-            delivery,
-            state,
-            publisher,
-            name,
-            codec,
         };
         call.run(&self.handler, &input, &self.outs).await
     }
@@ -207,33 +192,10 @@ where
     O: Outs,
     S: Send + Sync + 'static,
 {
-    async fn call<'a>(
-        &'a self,
-        delivery: &'a Delivery,
-        state: &'a Arc<S>,
-        publisher: &'a dyn Publish,
-        name: &'a str,
-        codec: Format,
-    ) -> Handled {
-        let call = Call {
-            delivery,
-            state,
-            publisher,
-            name,
-            codec,
-        };
-        call.run(&self.handler, (self.payload)(delivery), &self.outs)
-            .await
+    async fn call<'a>(&'a self, call: Call<'a, S>) -> Handled {
+        let input = (self.payload)(call.delivery);
+        call.run(&self.handler, input, &self.outs).await
     }
-}
-
-/// What a single handler's call is made with.
-struct Call<'a, S> {
-    delivery: &'a Delivery,
-    state: &'a Arc<S>,
-    publisher: &'a dyn Publish,
-    name: &'a str,
-    codec: Format,
 }
 
 impl<S: Send + Sync + 'static> Call<'_, S> {

@@ -22,15 +22,17 @@ use crate::publish::Publish;
 
 /// A registration's single handler with its payload and output types: one call on one delivery.
 pub(super) trait SingleCall<S>: Send + Sync + 'static {
-    /// Runs the handler on `delivery` (decoded, panics caught).
-    fn call<'a>(
-        &'a self,
-        delivery: &'a Delivery,
-        state: &'a Arc<S>,
-        publisher: &'a dyn Publish,
-        name: &'a str,
-        codec: Format,
-    ) -> impl Future<Output = Handled> + Send + 'a;
+    /// Runs the handler on `call.delivery` (decoded, panics caught).
+    fn call<'a>(&'a self, call: Call<'a, S>) -> impl Future<Output = Handled> + Send + 'a;
+}
+
+/// What a single handler's call is made with.
+pub(super) struct Call<'a, S> {
+    pub(super) delivery: &'a Delivery,
+    pub(super) state: &'a Arc<S>,
+    pub(super) publisher: &'a dyn Publish,
+    pub(super) name: &'a str,
+    pub(super) codec: Format,
 }
 
 /// A [`SingleCall`] with its type erased, once per registration: what binding it to the app
@@ -70,20 +72,20 @@ impl<S: Send + Sync + 'static, C: SingleCall<S>> BindSingle<S> for C {
             let both = Arc::clone(&both);
             async move {
                 let (call, bound) = &*both;
-                let (state, publisher) = (&bound.state, &*bound.publisher);
+                let args = Call {
+                    delivery: &delivery,
+                    state: &bound.state,
+                    publisher: &*bound.publisher,
+                    name: &bound.name,
+                    codec: bound.codec,
+                };
                 // Awaited as it is without a timeout: `limited`'s future would hold the call's
                 // and be moved with it.
                 let handled = match bound.timeout {
-                    None => {
-                        call.call(&delivery, state, publisher, &bound.name, bound.codec)
-                            .await
-                    }
-                    Some(limit) => tokio::time::timeout(
-                        limit,
-                        call.call(&delivery, state, publisher, &bound.name, bound.codec),
-                    )
-                    .await
-                    .unwrap_or(Handled::TimedOut(limit)),
+                    None => call.call(args).await,
+                    Some(limit) => tokio::time::timeout(limit, call.call(args))
+                        .await
+                        .unwrap_or(Handled::TimedOut(limit)),
                 };
                 (delivery, handled)
             }
@@ -105,10 +107,13 @@ impl<S: Send + Sync + 'static, C: SingleCall<S>> SingleHandler for BoundCall<C, 
         publisher: &'a dyn Publish,
         registration: &'a str,
     ) -> BoxFuture<'a, Handled> {
-        Box::pin(
-            self.call
-                .call(delivery, &self.state, publisher, registration, self.codec),
-        )
+        Box::pin(self.call.call(Call {
+            delivery,
+            state: &self.state,
+            publisher,
+            name: registration,
+            codec: self.codec,
+        }))
     }
 }
 
