@@ -64,6 +64,14 @@ impl DeliverySpan {
     }
 }
 
+impl DeliverySpan {
+    /// Whether nothing listens: no subscriber wants the span and no delivery log is written,
+    /// so what runs inside it needs neither (and is not wrapped, or moved, for them).
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.log.is_none() && self.span.is_disabled()
+    }
+}
+
 impl std::ops::Deref for DeliverySpan {
     type Target = tracing::Span;
 
@@ -149,6 +157,13 @@ impl Decided for (Handled, Decision) {
     }
 }
 
+/// An inline call's: the delivery back with its handling and decision.
+impl Decided for (ruststream::Delivery, (Handled, Decision)) {
+    fn each(&self) -> &[(Handled, Decision)] {
+        std::slice::from_ref(&self.1)
+    }
+}
+
 impl Decided for Vec<(Handled, Decision)> {
     fn each(&self) -> &[(Handled, Decision)] {
         self
@@ -170,10 +185,14 @@ pub(crate) async fn observed<T: Decided>(
     // The system clock, not tokio's: the handler's real duration, and cheaper where tokio's
     // clock can be paused (its `test-util`), which looks the runtime's clock up on every read.
     let began = Instant::now();
-    let dispatch = dispatch.instrument(span.span.clone());
-    let decided = match &span.log {
-        Some(log) => log.clone().scope(dispatch).await,
-        None => dispatch.await,
+    let decided = if span.is_quiet() {
+        dispatch.await
+    } else {
+        let dispatch = dispatch.instrument(span.span.clone());
+        match &span.log {
+            Some(log) => log.clone().scope(dispatch).await,
+            None => dispatch.await,
+        }
     };
     let took = began.elapsed();
     let each = decided.each();

@@ -34,7 +34,8 @@ pub struct Context<'a> {
     /// How many outputs this handling published (the next one's index).
     outputs: Outputs,
     /// The first output a stream did not confirm, and why.
-    unconfirmed: Mutex<Option<String>>,
+    /// (Set once: read after every handling, where a lock cost more than the rest of it.)
+    unconfirmed: std::sync::OnceLock<String>,
 }
 
 /// The count of a handling's outputs: its own, or (for a message of a batch) shared by every
@@ -86,7 +87,7 @@ impl<'a> Context<'a> {
             format: Format::Json,
             failed: std::sync::OnceLock::new(),
             outputs: Outputs::Own(AtomicU32::new(0)),
-            unconfirmed: Mutex::new(None),
+            unconfirmed: std::sync::OnceLock::new(),
         }
     }
 
@@ -317,10 +318,10 @@ impl<'a> Context<'a> {
     fn record_unconfirmed(&self, result: &Result<(), PublishError>) {
         if let Err(err) = result
             && err.kind() == PublishErrorKind::NotStored
-            && let Ok(mut unconfirmed) = self.unconfirmed.lock()
-            && unconfirmed.is_none()
+            && self.unconfirmed.get().is_none()
         {
-            *unconfirmed = Some(err.to_string());
+            // The first one is kept.
+            let _ = self.unconfirmed.set(err.to_string());
         }
     }
 
@@ -371,8 +372,8 @@ impl<'a> Context<'a> {
     }
 
     /// The first output a stream did not confirm during this handling, and why.
-    pub(crate) fn unconfirmed(&self) -> Option<String> {
-        self.unconfirmed.lock().ok().and_then(|u| u.clone())
+    pub(crate) fn unconfirmed(&self) -> Option<&str> {
+        self.unconfirmed.get().map(String::as_str)
     }
 }
 

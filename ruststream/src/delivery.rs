@@ -155,6 +155,9 @@ pub struct Delivery {
 
 impl Delivery {
     /// A delivery on `subject`, first attempt, no server-side count.
+    // Inlined: a broker builds each delivery with these, which would otherwise move it
+    // whole in and out of each call.
+    #[inline]
     pub fn new(subject: impl Into<Arc<str>>, payload: Bytes) -> Self {
         Self {
             subject: subject.into(),
@@ -168,24 +171,28 @@ impl Delivery {
     }
 
     /// Sets the headers.
+    #[inline]
     pub fn with_headers(mut self, headers: Headers) -> Self {
         self.headers = headers;
         self
     }
 
     /// Sets the reply subject the publisher asked for.
+    #[inline]
     pub fn with_reply(mut self, reply: Option<Arc<str>>) -> Self {
         self.reply = reply;
         self
     }
 
     /// Sets the server's delivery count (JetStream).
+    #[inline]
     pub fn with_delivered(mut self, delivered: Option<u64>) -> Self {
         self.delivered = delivered;
         self
     }
 
     /// Sets the attempt number the cap counts.
+    #[inline]
     pub fn with_attempt(mut self, attempt: NonZeroU32) -> Self {
         self.attempt = attempt;
         self

@@ -17,6 +17,7 @@ use crate::JetStreamInfo;
 use crate::executor::{Executor, Incoming};
 use crate::publish::NatsPublisher;
 use crate::telemetry;
+use crate::transport::RawMessage;
 
 impl Source {
     /// Runs the handler on `unit` and executes the decisions.
@@ -97,14 +98,27 @@ impl Source {
         Some((handler, Arc::new(shared)))
     }
 
-    /// [`handle`](Self::handle) for one delivery through `handler` (see
-    /// [`inline`](Self::inline)): the same span, metrics, dispatch and settlement, the
-    /// delivery moved into the handler's call and back. Resolves with `handler`, for the next.
+    /// [`handle`](Self::handle) for one message through `handler` (see
+    /// [`inline`](Self::inline)): the same span, metrics, dispatch and settlement. The delivery
+    /// is moved into the handler's call here, before the handling future is made, so that
+    /// future (moved into the source's slot, and into a task on stop) does not carry it; it
+    /// comes back with what the handler said, for the settlement. Resolves with `handler`, for
+    /// the next.
+    // Inlined into the source's loop: the future it makes is then built next to the slot it
+    // goes into, not returned through a copy of its own.
+    #[inline(always)]
     pub(super) fn handle_inline(
+        &self,
         shared: &Arc<Inline>,
-        incoming: Incoming,
         mut handler: InlineHandler,
+        raw: RawMessage,
     ) -> impl Future<Output = InlineHandler> + Send + 'static {
+        let Incoming {
+            delivery,
+            ack_subject,
+        } = self.incoming(raw);
+        let span = telemetry::delivery_span(&self.endpoint, &delivery);
+        self.endpoint.start_inline(&mut handler, delivery);
         let shared = Arc::clone(shared);
         async move {
             let Inline {
@@ -112,28 +126,19 @@ impl Source {
                 executor,
                 progress,
             } = &*shared;
-            let Incoming {
-                delivery,
-                ack_subject,
-            } = incoming;
-            let span = telemetry::delivery_span(endpoint, &delivery);
-            let dispatch = endpoint.dispatch_inline(&mut handler, delivery);
-            let decided = telemetry::observed(&span, &executor.metrics, 1, dispatch).await;
-            let (handled, decision) = decided;
-            let Some(delivery) = handler.take() else {
-                // `dispatch_inline` keeps the delivery with the handler, always.
-                tracing::error!(
-                    registration = endpoint.name(),
-                    "the handler did not hand the delivery back: it is not settled"
-                );
-                return handler;
-            };
+            let dispatch = endpoint.finish_inline(&mut handler);
+            let (delivery, (handled, decision)) =
+                telemetry::observed(&span, &executor.metrics, 1, dispatch).await;
             let incoming = Incoming {
                 delivery,
                 ack_subject,
             };
-            span.around(settle(executor, progress, &incoming, &handled, &decision))
-                .await;
+            let settling = settle(executor, progress, &incoming, &handled, &decision);
+            if span.is_quiet() {
+                settling.await;
+            } else {
+                span.around(settling).await;
+            }
             handler
         }
     }

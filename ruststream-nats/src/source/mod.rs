@@ -39,6 +39,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::future::{BoxFuture, CatchUnwind};
@@ -139,14 +140,31 @@ impl Source {
                 };
                 Some(permit)
             };
-            let first = tokio::select! {
-                biased;
-                deadline = &mut stopped => break deadline,
-                first = self.first() => first,
+            let first = match self.first(stopped.as_mut()).await {
+                Ok(first) => first,
+                Err(deadline) => break deadline,
             };
             if let Some(first) = first {
-                // Not cancelled: a message taken is always handled. One message is taken as it
-                // is, not moved through `gather`'s future.
+                // Not cancelled: a message taken is always handled. With the handler's type
+                // known when it can be (`handling.rs`, `inline`).
+                if let (Some(handler), Some(shared)) = (inline_handler.take(), &shared) {
+                    let handling = self.handle_inline(shared, handler, first);
+                    inline_slot.set(Some(AssertUnwindSafe(handling).catch_unwind()));
+                    let name = self.endpoint.name();
+                    let done = finish(
+                        name,
+                        &mut inline_slot,
+                        stopped.as_mut(),
+                        &permits,
+                        &mut tasks,
+                    );
+                    match done.await {
+                        Ok(handler) => inline_handler = handler,
+                        Err(deadline) => break deadline,
+                    }
+                    continue;
+                }
+                // One message is taken as it is, not moved through `gather`'s future.
                 let unit = if self.batch <= 1 {
                     Unit::One(self.incoming(first))
                 } else {
@@ -161,32 +179,11 @@ impl Source {
                     }
                     continue;
                 }
-                // With the handler's type known when it can be (`handling.rs`, `inline`).
-                let done = match (inline_handler.take(), &shared, unit) {
-                    (Some(handler), Some(shared), Unit::One(incoming)) => {
-                        let handling = Self::handle_inline(shared, incoming, handler);
-                        inline_slot.set(Some(AssertUnwindSafe(handling).catch_unwind()));
-                        let name = self.endpoint.name();
-                        finish(
-                            name,
-                            &mut inline_slot,
-                            stopped.as_mut(),
-                            &permits,
-                            &mut tasks,
-                        )
-                        .await
-                        .map(|handler| inline_handler = handler)
-                    }
-                    (handler, _, unit) => {
-                        inline_handler = handler;
-                        slot.set(Some(AssertUnwindSafe(self.handle(unit)).catch_unwind()));
-                        let name = self.endpoint.name();
-                        finish(name, &mut slot, stopped.as_mut(), &permits, &mut tasks)
-                            .await
-                            .map(drop)
-                    }
-                };
-                if let Err(deadline) = done {
+                slot.set(Some(AssertUnwindSafe(self.handle(unit)).catch_unwind()));
+                let name = self.endpoint.name();
+                if let Err(deadline) =
+                    finish(name, &mut slot, stopped.as_mut(), &permits, &mut tasks).await
+                {
                     break deadline;
                 }
             } else {
@@ -334,15 +331,42 @@ impl Source {
         }
     }
 
-    /// The next message; `None` when the stream ended. Cancel-safe: a message is taken only
-    /// when this resolves.
-    async fn first(&mut self) -> Option<RawMessage> {
+    /// The next message (`None` when the stream ended), or the drain deadline once the broker
+    /// is stopping: the stop is looked at first, as before each message.
+    ///
+    /// The stop signal is waited on only while no message is ready; with one ready, a look at
+    /// the signal's version (`has_changed`: an atomic load) tells whether it moved, so a busy
+    /// source does not poll the signal's future for every message.
+    async fn first(
+        &mut self,
+        mut stopped: Pin<&mut impl Future<Output = Instant>>,
+    ) -> Result<Option<RawMessage>, Instant> {
         loop {
-            match self.messages.next().await? {
-                Ok(raw) => return Some(raw),
-                Err(err) => {
+            let next = std::future::poll_fn(|cx| {
+                // Changed (or the broker gone): the signal decides, as the biased `select!`
+                // this replaces did.
+                if self.stop.has_changed().unwrap_or(true)
+                    && let Poll::Ready(deadline) = stopped.as_mut().poll(cx)
+                {
+                    return Poll::Ready(Err(deadline));
+                }
+                match self.messages.poll_next_unpin(cx) {
+                    Poll::Ready(next) => Poll::Ready(Ok(next)),
+                    // Waiting: woken by a message or by the stop.
+                    Poll::Pending => stopped.as_mut().poll(cx).map(Err),
+                }
+            })
+            .await?;
+            match next {
+                None => return Ok(None),
+                Some(Ok(raw)) => return Ok(Some(raw)),
+                Some(Err(err)) => {
                     self.transport_error(&err);
-                    tokio::time::sleep(ERROR_PAUSE).await;
+                    tokio::select! {
+                        biased;
+                        deadline = stopped.as_mut() => return Err(deadline),
+                        () = tokio::time::sleep(ERROR_PAUSE) => {}
+                    }
                 }
             }
         }

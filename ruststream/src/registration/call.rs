@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use super::builder::{BatchFn, HandlerKind, LayerStack, Registration};
 use super::descriptor::Descriptor;
-use super::inline::{BindSingle, SingleCall};
+use super::inline::{BindSingle, Call, SingleCall};
 use super::policy::Policy;
 use super::schemas::Schemas;
 use crate::codec::Format;
@@ -21,7 +21,6 @@ use crate::handled::Handled;
 use crate::handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs};
 use crate::outcome::HandlerOutcome;
 use crate::panic::panic_message;
-use crate::publish::Publish;
 
 impl<S: Send + Sync + 'static> Registration<S> {
     /// A registration of handler `H` for messages `In`, publishing `O`.
@@ -170,25 +169,12 @@ where
     O: Outs,
     S: Send + Sync + 'static,
 {
-    async fn call<'a>(
-        &'a self,
-        delivery: &'a Delivery,
-        state: &'a Arc<S>,
-        publisher: &'a dyn Publish,
-        name: &'a str,
-        codec: Format,
-    ) -> Handled {
-        let input: In = match decode(codec, delivery) {
+    async fn call<'a>(&'a self, call: Call<'a, S>) -> Handled {
+        let input: In = match decode(call.codec, call.delivery) {
             Ok(input) => input,
             Err(undecodable) => return undecodable,
         };
-        let erased: &(dyn Any + Send + Sync) = &**state;
-        let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
-        let run = self
-            .handler
-            .handle_with_state(&input, &self.outs, state, &mut ctx);
-        let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
-        single_result(ran, &ctx)
+        call.run(&self.handler, &input, &self.outs).await
     }
 }
 
@@ -206,19 +192,25 @@ where
     O: Outs,
     S: Send + Sync + 'static,
 {
-    async fn call<'a>(
-        &'a self,
-        delivery: &'a Delivery,
-        state: &'a Arc<S>,
-        publisher: &'a dyn Publish,
-        name: &'a str,
-        codec: Format,
-    ) -> Handled {
-        let erased: &(dyn Any + Send + Sync) = &**state;
-        let mut ctx = Context::new(delivery, erased, publisher, name).with_format(codec);
-        let run =
-            self.handler
-                .handle_with_state((self.payload)(delivery), &self.outs, state, &mut ctx);
+    async fn call<'a>(&'a self, call: Call<'a, S>) -> Handled {
+        let input = (self.payload)(call.delivery);
+        call.run(&self.handler, input, &self.outs).await
+    }
+}
+
+impl<S: Send + Sync + 'static> Call<'_, S> {
+    /// Runs `handler` on `input` with a [`Context`] over the delivery, its panic caught, and
+    /// says what it did: the tail [`Decoded`] and [`Taken`] share.
+    async fn run<H, In, O>(self, handler: &H, input: &In, outs: &O) -> Handled
+    where
+        H: Handle<In, O, S>,
+        In: ?Sized + Sync,
+        O: Outs,
+    {
+        let erased: &(dyn Any + Send + Sync) = &**self.state;
+        let mut ctx =
+            Context::new(self.delivery, erased, self.publisher, self.name).with_format(self.codec);
+        let run = handler.handle_with_state(input, outs, self.state, &mut ctx);
         let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
         single_result(ran, &ctx)
     }

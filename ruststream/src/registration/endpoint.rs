@@ -186,40 +186,35 @@ impl Endpoint {
 
     /// The handler, for a broker that runs one delivery of this registration at a time and
     /// can hand it over (moved) for the call: made once, it calls the handler without a boxed
-    /// future per delivery ([`dispatch_inline`](Self::dispatch_inline)). `None` for a batch
-    /// handler and behind middleware (use [`dispatch`](Self::dispatch)).
+    /// future per delivery ([`start_inline`](Self::start_inline) and
+    /// [`finish_inline`](Self::finish_inline)). `None` for a batch handler and behind
+    /// middleware (use [`dispatch`](Self::dispatch)).
     pub fn inline_handler(&self, publisher: Arc<dyn Publish>) -> Option<InlineHandler> {
         self.inline.as_ref().map(|bind| bind(publisher))
     }
 
     /// [`dispatch`](Self::dispatch) through `handler` (this endpoint's
-    /// [`inline_handler`](Self::inline_handler)), `delivery` moved in for the call: the same
-    /// checks, the same handler run the same way, the same decision. The delivery stays with
-    /// `handler`, to be taken back with [`InlineHandler::take`].
-    pub async fn dispatch_inline(
+    /// [`inline_handler`](Self::inline_handler)), first half: `delivery` moved into the
+    /// handler's call, made here and run by [`finish_inline`](Self::finish_inline) (a delivery
+    /// past the cap is kept, not run, as `dispatch` does).
+    pub fn start_inline(&self, handler: &mut InlineHandler, delivery: Delivery) {
+        match self.past_cap(&delivery) {
+            Some(past_cap) => handler.keep(delivery, past_cap),
+            None => handler.start(delivery),
+        }
+    }
+
+    /// Runs the call [`start_inline`](Self::start_inline) made: the delivery back, with what
+    /// the handler said and the decision, decided and observed as
+    /// [`dispatch`](Self::dispatch) does.
+    pub async fn finish_inline(
         &self,
         handler: &mut InlineHandler,
-        delivery: Delivery,
-    ) -> (Handled, Decision) {
-        let handled = match self.past_cap(&delivery) {
-            Some(past_cap) => {
-                handler.keep(delivery);
-                past_cap
-            }
-            None => handler.run(delivery).await,
-        };
-        let Some(delivery) = handler.delivery() else {
-            // Not reached: the handler keeps the delivery it ran on.
-            let nothing = Decision {
-                dead_letter: false,
-                copy: None,
-                settle: settle::Settle::Nothing,
-            };
-            return (handled, nothing);
-        };
-        let decision = self.decide(delivery, &handled);
-        self.observe(delivery, &handled, &decision);
-        (handled, decision)
+    ) -> (Delivery, (Handled, Decision)) {
+        let (delivery, handled) = std::future::poll_fn(|cx| handler.poll_done(cx)).await;
+        let decision = self.decide(&delivery, &handled);
+        self.observe(&delivery, &handled, &decision);
+        (delivery, (handled, decision))
     }
 
     /// [`Handled::PastCap`] when `delivery` arrived past the cap: its handler must not run.

@@ -1,9 +1,9 @@
 //! A single handler called with its concrete type: through a boxed future per delivery when
 //! the call must borrow (middleware, concurrent tasks), or, for a broker that handles one
 //! delivery at a time, through an [`InlineHandler`] made once per registration: the delivery
-//! is moved into the handler's future, which lives in place for the whole run, and moved back
-//! out with what the handler said. No allocation and no type-erased call per delivery besides
-//! the one that starts it and the ones that poll it.
+//! is moved into the handler's future, which lives in place for the whole run, and handed back
+//! with what the handler said. No allocation and no type-erased call per delivery besides the
+//! one that starts it and the ones that poll it.
 
 use std::fmt;
 use std::future::Future;
@@ -22,15 +22,17 @@ use crate::publish::Publish;
 
 /// A registration's single handler with its payload and output types: one call on one delivery.
 pub(super) trait SingleCall<S>: Send + Sync + 'static {
-    /// Runs the handler on `delivery` (decoded, panics caught).
-    fn call<'a>(
-        &'a self,
-        delivery: &'a Delivery,
-        state: &'a Arc<S>,
-        publisher: &'a dyn Publish,
-        name: &'a str,
-        codec: Format,
-    ) -> impl Future<Output = Handled> + Send + 'a;
+    /// Runs the handler on `call.delivery` (decoded, panics caught).
+    fn call<'a>(&'a self, call: Call<'a, S>) -> impl Future<Output = Handled> + Send + 'a;
+}
+
+/// What a single handler's call is made with.
+pub(super) struct Call<'a, S> {
+    pub(super) delivery: &'a Delivery,
+    pub(super) state: &'a Arc<S>,
+    pub(super) publisher: &'a dyn Publish,
+    pub(super) name: &'a str,
+    pub(super) codec: Format,
 }
 
 /// A [`SingleCall`] with its type erased, once per registration: what binding it to the app
@@ -70,18 +72,21 @@ impl<S: Send + Sync + 'static, C: SingleCall<S>> BindSingle<S> for C {
             let both = Arc::clone(&both);
             async move {
                 let (call, bound) = &*both;
-                let handled = limited(
-                    bound.timeout,
-                    call.call(
-                        &delivery,
-                        &bound.state,
-                        &*bound.publisher,
-                        &bound.name,
-                        bound.codec,
-                    ),
-                )
-                .await
-                .unwrap_or_else(Handled::TimedOut);
+                let args = Call {
+                    delivery: &delivery,
+                    state: &bound.state,
+                    publisher: &*bound.publisher,
+                    name: &bound.name,
+                    codec: bound.codec,
+                };
+                // Awaited as it is without a timeout: `limited`'s future would hold the call's
+                // and be moved with it.
+                let handled = match bound.timeout {
+                    None => call.call(args).await,
+                    Some(limit) => tokio::time::timeout(limit, call.call(args))
+                        .await
+                        .unwrap_or(Handled::TimedOut(limit)),
+                };
                 (delivery, handled)
             }
         })
@@ -102,10 +107,13 @@ impl<S: Send + Sync + 'static, C: SingleCall<S>> SingleHandler for BoundCall<C, 
         publisher: &'a dyn Publish,
         registration: &'a str,
     ) -> BoxFuture<'a, Handled> {
-        Box::pin(
-            self.call
-                .call(delivery, &self.state, publisher, registration, self.codec),
-        )
+        Box::pin(self.call.call(Call {
+            delivery,
+            state: &self.state,
+            publisher,
+            name: registration,
+            codec: self.codec,
+        }))
     }
 }
 
@@ -124,7 +132,8 @@ pub(super) async fn limited<T>(
 
 /// A registration's single handler, bound for a broker that hands it one delivery at a time
 /// ([`Endpoint::inline_handler`](super::Endpoint::inline_handler)): its future is made in
-/// place for each delivery, which it owns while it runs.
+/// place for each delivery, which it owns while it runs and hands back with what the handler
+/// said.
 pub struct InlineHandler {
     call: Box<dyn InlineCall>,
 }
@@ -145,57 +154,45 @@ impl InlineHandler {
             call: Box::new(Slot {
                 make,
                 running: Box::pin(None),
-                done: None,
+                kept: None,
             }),
         }
     }
 
-    /// Runs the handler on `delivery` (within the registration's `handler_timeout`); what the
-    /// handler said. The delivery is kept here once the call is done, for
-    /// [`delivery`](Self::delivery) and [`take`](Self::take) (not moved back through every
-    /// future awaiting this one). Dropped before it resolves, the delivery is dropped with the
-    /// handler's future.
-    pub(super) async fn run(&mut self, delivery: Delivery) -> Handled {
+    /// Starts the handler on `delivery` (within the registration's `handler_timeout`),
+    /// replacing a call that did not finish; [`poll_done`](Self::poll_done) runs it.
+    pub(super) fn start(&mut self, delivery: Delivery) {
         self.call.start(delivery);
-        std::future::poll_fn(|cx| self.call.poll_done(cx)).await
     }
 
-    /// Keeps `delivery` as if the handler had run on it (a delivery it must not run on).
-    pub(super) fn keep(&mut self, delivery: Delivery) {
-        self.call.keep(delivery);
+    /// Keeps `delivery` with `handled`, as if the handler had run on it and said so (a
+    /// delivery it must not run on).
+    pub(super) fn keep(&mut self, delivery: Delivery, handled: Handled) {
+        self.call.keep(delivery, handled);
     }
 
-    /// The delivery the last call ran on, until it is taken.
-    pub fn delivery(&self) -> Option<&Delivery> {
-        self.call.kept()
-    }
-
-    /// Takes the delivery the last call ran on back.
-    pub fn take(&mut self) -> Option<Delivery> {
-        self.call.take()
+    /// Runs the call started last: the delivery back, with what the handler said. Pending when
+    /// none was started.
+    pub(super) fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<(Delivery, Handled)> {
+        self.call.poll_done(cx)
     }
 }
 
-/// The handler's future for the delivery it runs on, if any, and the delivery once it is done:
-/// allocated once.
+/// The handler's future for the delivery it runs on, if any: allocated once.
 trait InlineCall: Send {
     /// Makes the handler's future for `delivery` (replacing one that did not finish).
     fn start(&mut self, delivery: Delivery);
 
-    /// Polls the handler's future; pending when there is none.
-    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<Handled>;
+    fn keep(&mut self, delivery: Delivery, handled: Handled);
 
-    fn keep(&mut self, delivery: Delivery);
-
-    fn kept(&self) -> Option<&Delivery>;
-
-    fn take(&mut self) -> Option<Delivery>;
+    /// Polls the handler's future (or hands back what was kept); pending when there is none.
+    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<(Delivery, Handled)>;
 }
 
 struct Slot<F, Fut> {
     make: F,
     running: Pin<Box<Option<Fut>>>,
-    done: Option<Delivery>,
+    kept: Option<(Delivery, Handled)>,
 }
 
 impl<F, Fut> InlineCall for Slot<F, Fut>
@@ -204,30 +201,25 @@ where
     Fut: Future<Output = (Delivery, Handled)> + Send,
 {
     fn start(&mut self, delivery: Delivery) {
-        self.done = None;
+        self.kept = None;
         self.running.set(Some((self.make)(delivery)));
     }
 
-    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<Handled> {
+    fn keep(&mut self, delivery: Delivery, handled: Handled) {
+        self.running.set(None);
+        self.kept = Some((delivery, handled));
+    }
+
+    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<(Delivery, Handled)> {
+        if let Some(kept) = self.kept.take() {
+            return Poll::Ready(kept);
+        }
         let Some(running) = self.running.as_mut().as_pin_mut() else {
             return Poll::Pending;
         };
-        let (delivery, handled) = ready!(running.poll(cx));
-        self.done = Some(delivery);
+        let done = ready!(running.poll(cx));
         // Dropped now (what the handler held), not at the next delivery.
         self.running.set(None);
-        Poll::Ready(handled)
-    }
-
-    fn keep(&mut self, delivery: Delivery) {
-        self.done = Some(delivery);
-    }
-
-    fn kept(&self) -> Option<&Delivery> {
-        self.done.as_ref()
-    }
-
-    fn take(&mut self) -> Option<Delivery> {
-        self.done.take()
+        Poll::Ready(done)
     }
 }

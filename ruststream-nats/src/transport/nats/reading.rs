@@ -1,13 +1,14 @@
 //! Reading a Core subscription or a pull consumer in the runtime's own task, and stopping it:
 //! the stream ends after what the client already holds is handed over.
 
-use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use futures::task::AtomicWaker;
 use futures::{Stream, StreamExt};
 use tokio::sync::oneshot;
 
@@ -38,28 +39,29 @@ type Item = Result<RawMessage, TransportError>;
 /// leaves the client only when the runtime asks for the next one, which it does when a handler
 /// is free.
 pub(super) fn reading(source: Pumped) -> Subscription {
-    let (stop, stopped) = oneshot::channel();
-    let messages = match source {
+    let source = match source {
         // Read directly, without a stream adapter moving its state on every message.
-        Pumped::Core(subscriber) => CoreReading {
-            state: CoreState::Running {
-                subscriber,
-                stop: stopped,
-            },
-            subject: None,
-        }
-        .boxed(),
-        source => {
-            let state = Reading::Running {
-                source,
-                stop: stopped,
+        Pumped::Core(subscriber) => {
+            let stop = Arc::new(CoreStop::default());
+            let messages = CoreReading {
+                state: CoreState::Running {
+                    subscriber,
+                    stop: Arc::clone(&stop),
+                },
                 subject: None,
             };
-            futures::stream::unfold(state, Reading::step).boxed()
+            return (messages.boxed(), Box::new(StopCore(stop)));
         }
+        source => source,
+    };
+    let (stop, stopped) = oneshot::channel();
+    let state = Reading::Running {
+        source,
+        stop: stopped,
+        subject: None,
     };
     (
-        messages,
+        futures::stream::unfold(state, Reading::step).boxed(),
         Box::new(StopReading {
             request: Mutex::new(Some(stop)),
         }),
@@ -82,6 +84,43 @@ impl Unsubscribe for StopReading {
     }
 }
 
+/// A Core subscription's stop request: a flag looked at before each message (an atomic load,
+/// where a `oneshot` poll registered the reader's waker every time), and the waker of a reader
+/// waiting for its next message.
+#[derive(Default)]
+struct CoreStop {
+    requested: AtomicBool,
+    waiting: AtomicWaker,
+}
+
+impl CoreStop {
+    fn request(&self) {
+        self.requested.store(true, Ordering::Release);
+        self.waiting.wake();
+    }
+
+    fn requested(&self) -> bool {
+        self.requested.load(Ordering::Acquire)
+    }
+}
+
+/// [`StopReading`] for a [`CoreReading`]; dropped, it stops the reading too (as the `oneshot`
+/// of [`StopReading`] does when its sender is gone).
+struct StopCore(Arc<CoreStop>);
+
+impl Unsubscribe for StopCore {
+    fn stop(&self) -> BoxFuture<'_, ()> {
+        self.0.request();
+        Box::pin(std::future::ready(()))
+    }
+}
+
+impl Drop for StopCore {
+    fn drop(&mut self) {
+        self.0.request();
+    }
+}
+
 /// A Core subscription read in place: the subscriber polled directly while running; once
 /// asked to stop, drained and read on through [`Reading`] (once per subscription).
 struct CoreReading {
@@ -93,7 +132,7 @@ struct CoreReading {
 enum CoreState {
     Running {
         subscriber: async_nats::Subscriber,
-        stop: oneshot::Receiver<()>,
+        stop: Arc<CoreStop>,
     },
     /// Asked to stop: the subscription is draining.
     Stopping(BoxFuture<'static, Reading>),
@@ -111,19 +150,25 @@ impl Stream for CoreReading {
             match &mut this.state {
                 CoreState::Running { subscriber, stop } => {
                     // Asked to stop, or the handle is gone: checked first, as `Reading` does.
-                    if Pin::new(stop).poll(cx).is_ready() {
-                        if let CoreState::Running { subscriber, .. } =
-                            std::mem::replace(&mut this.state, CoreState::Ended)
-                        {
-                            this.state = CoreState::Stopping(Box::pin(Reading::stopped(
-                                Pumped::Core(subscriber),
-                            )));
+                    if !stop.requested() {
+                        if let Poll::Ready(message) = subscriber.poll_next_unpin(cx) {
+                            return Poll::Ready(
+                                message.map(|m| Ok(raw_sharing(m, None, &mut this.subject))),
+                            );
                         }
-                        continue;
+                        // Waiting: a stop asked for from now on wakes this reader too.
+                        stop.waiting.register(cx.waker());
+                        if !stop.requested() {
+                            return Poll::Pending;
+                        }
                     }
-                    return subscriber
-                        .poll_next_unpin(cx)
-                        .map(|message| Some(Ok(raw_sharing(message?, None, &mut this.subject))));
+                    if let CoreState::Running { subscriber, .. } =
+                        std::mem::replace(&mut this.state, CoreState::Ended)
+                    {
+                        this.state = CoreState::Stopping(Box::pin(Reading::stopped(Pumped::Core(
+                            subscriber,
+                        ))));
+                    }
                 }
                 CoreState::Stopping(stopping) => {
                     let reading = ready!(stopping.as_mut().poll(cx));
