@@ -1,6 +1,8 @@
 //! What a JetStream delivery's acknowledgement subject tells: the stream, the consumer, the
 //! delivery count and the sequences.
 
+use std::sync::Arc;
+
 /// The facts of a JetStream delivery, read from its acknowledgement subject and attached to the
 /// delivery as an extension (`delivery.extension::<JetStreamInfo>()`).
 ///
@@ -14,21 +16,24 @@
 ///
 /// let info = JetStreamInfo::parse("$JS.ACK.PAYMENTS.capture.2.17.21.1700000000000000000.4")
 ///     .expect("an acknowledgement subject");
-/// assert_eq!(info.stream, "PAYMENTS");
-/// assert_eq!(info.consumer, "capture");
+/// assert_eq!(&*info.stream, "PAYMENTS");
+/// assert_eq!(&*info.consumer, "capture");
 /// assert_eq!(info.delivered, 2);
 /// assert_eq!(info.stream_sequence, 17);
 /// assert_eq!(info.pending, 4);
 /// ```
+///
+/// The names are shared strings: every delivery of a consumer names the same stream and
+/// consumer, and the pull hands each delivery the same two (no allocation per message).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct JetStreamInfo {
     /// The JetStream domain, when the subject names one (`_` means none and gives `None`).
-    pub domain: Option<String>,
+    pub domain: Option<Arc<str>>,
     /// The stream the message is stored in.
-    pub stream: String,
+    pub stream: Arc<str>,
     /// The consumer that delivered it.
-    pub consumer: String,
+    pub consumer: Arc<str>,
     /// How many times the consumer delivered it, this delivery included.
     pub delivered: u64,
     /// The message's sequence in the stream: the same on every redelivery.
@@ -49,13 +54,41 @@ impl JetStreamInfo {
 }
 
 impl From<AckSubject<'_>> for JetStreamInfo {
-    /// The facts of a subject already read (by the pull's check that a message is its
-    /// consumer's: the subject is read once per delivery).
+    /// The facts of a subject already read, its names copied.
     fn from(ack: AckSubject<'_>) -> Self {
         Self {
-            domain: ack.domain.map(str::to_owned),
-            stream: ack.stream.to_owned(),
-            consumer: ack.consumer.to_owned(),
+            domain: ack.domain.map(Arc::from),
+            stream: Arc::from(ack.stream),
+            consumer: Arc::from(ack.consumer),
+            delivered: ack.delivered,
+            stream_sequence: ack.stream_sequence,
+            consumer_sequence: ack.consumer_sequence,
+            timestamp: ack.timestamp,
+            pending: ack.pending,
+        }
+    }
+}
+
+impl JetStreamInfo {
+    /// The facts of a subject already read (by the pull's check that a message is its
+    /// consumer's: the subject is read once per delivery), with names the reader already holds
+    /// for them: `stream` and `consumer` are `ack`'s (the caller checked), and `domain` is
+    /// shared when it is the last one seen (kept in `last_domain`).
+    pub(crate) fn shared(
+        ack: AckSubject<'_>,
+        stream: &Arc<str>,
+        consumer: &Arc<str>,
+        last_domain: &mut Option<Arc<str>>,
+    ) -> Self {
+        debug_assert!(ack.stream == &**stream && ack.consumer == &**consumer);
+        let domain = ack.domain.map(|domain| match last_domain {
+            Some(last) if **last == *domain => Arc::clone(last),
+            _ => Arc::clone(last_domain.insert(Arc::from(domain))),
+        });
+        Self {
+            domain,
+            stream: Arc::clone(stream),
+            consumer: Arc::clone(consumer),
             delivered: ack.delivered,
             stream_sequence: ack.stream_sequence,
             consumer_sequence: ack.consumer_sequence,
@@ -179,8 +212,8 @@ mod tests {
         let info = JetStreamInfo::parse("$JS.ACK.ORDERS.worker.3.10.12.1700000000000000000.0")
             .expect("v1 form");
         assert_eq!(info.domain, None);
-        assert_eq!(info.stream, "ORDERS");
-        assert_eq!(info.consumer, "worker");
+        assert_eq!(&*info.stream, "ORDERS");
+        assert_eq!(&*info.consumer, "worker");
         assert_eq!(info.delivered, 3);
         assert_eq!(info.stream_sequence, 10);
         assert_eq!(info.consumer_sequence, 12);
@@ -195,7 +228,7 @@ mod tests {
         )
         .expect("v2 form");
         assert_eq!(with.domain.as_deref(), Some("hub"));
-        assert_eq!(with.stream, "ORDERS");
+        assert_eq!(&*with.stream, "ORDERS");
         assert_eq!(with.delivered, 1);
         assert_eq!(with.stream_sequence, 5);
         assert_eq!(with.pending, 9);

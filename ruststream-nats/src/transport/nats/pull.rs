@@ -156,9 +156,12 @@ pub(crate) struct Puller {
     subscriber: Subscriber,
     next_subject: Subject,
     inbox: Subject,
-    /// The stream and the consumer: a delivery's reply subject must name both.
-    stream: String,
-    consumer: String,
+    /// The stream and the consumer: a delivery's reply subject must name both. Shared with
+    /// every delivery's [`JetStreamInfo`] (no copy per message).
+    stream: Arc<str>,
+    consumer: Arc<str>,
+    /// The JetStream domain the last delivery named, shared with the next one that names it.
+    domain: Option<Arc<str>>,
     /// Forged messages dropped since the last warning, and when it was logged.
     forged: u64,
     forged_warned: Option<Instant>,
@@ -236,8 +239,9 @@ impl Puller {
         Ok(Self {
             next_subject: Subject::from(format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}")),
             inbox: Subject::from(inbox),
-            stream: stream.to_owned(),
-            consumer: consumer.to_owned(),
+            stream: Arc::from(stream),
+            consumer: Arc::from(consumer),
+            domain: None,
             forged: 0,
             forged_warned: None,
             client,
@@ -484,9 +488,14 @@ impl Puller {
             .reply
             .as_deref()
             .and_then(AckSubject::parse)
-            .filter(|ack| ack.stream == self.stream && ack.consumer == self.consumer);
+            .filter(|ack| ack.stream == &*self.stream && ack.consumer == &*self.consumer);
         if let Some(ack) = genuine {
-            return Some(JetStreamInfo::from(ack));
+            return Some(JetStreamInfo::shared(
+                ack,
+                &self.stream,
+                &self.consumer,
+                &mut self.domain,
+            ));
         }
         self.forged += 1;
         let now = Instant::now();
