@@ -16,6 +16,7 @@ use ruststream::settle::DeliveryModel;
 use crate::JetStreamInfo;
 use crate::copies::RETRY_COUNT_HEADER;
 use crate::executor::decode_error_shape;
+use crate::jetstream_info::number;
 use crate::options::{Auth, split_credentials};
 use crate::source::incoming_capped;
 use crate::subject::{matches, subject_problem};
@@ -50,6 +51,37 @@ proptest! {
         if let Some(info) = JetStreamInfo::parse(&subject) {
             prop_assert!(!info.stream.is_empty() && !info.consumer.is_empty());
         }
+    }
+
+    #[test]
+    fn numbers_read_as_the_standard_library_reads_them(
+        text in prop_oneof![
+            any::<String>(),
+            "[+]?[0-9]{0,22}",
+            any::<u64>().prop_map(|n| n.to_string()),
+            (u64::MAX - 1000..=u64::MAX).prop_map(|n| format!("{n}{}", n % 10)),
+        ],
+    ) {
+        prop_assert_eq!(number(&text), text.parse::<u64>().ok());
+    }
+
+    #[test]
+    fn names_with_any_bytes_between_the_dots_round_trip(
+        stream in "[^.]{1,20}",
+        consumer in "[^.]{1,20}",
+        numbers in any::<[u64; 5]>(),
+    ) {
+        // Every byte value beside a dot (what the eight-at-a-time search must not confuse
+        // with one), at every offset.
+        let [delivered, sseq, cseq, ts, pending] = numbers;
+        let subject = format!("$JS.ACK.{stream}.{consumer}.{delivered}.{sseq}.{cseq}.{ts}.{pending}");
+        let info = JetStreamInfo::parse(&subject).expect("an acknowledgement subject");
+        prop_assert_eq!(&*info.stream, stream.as_str());
+        prop_assert_eq!(&*info.consumer, consumer.as_str());
+        prop_assert_eq!(
+            [info.delivered, info.stream_sequence, info.consumer_sequence, info.timestamp, info.pending],
+            numbers
+        );
     }
 
     #[test]

@@ -93,8 +93,8 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Poll, ready};
 use std::sync::atomic::Ordering;
+use std::task::{Poll, ready};
 use std::time::Duration;
 
 use async_nats::connection::State;

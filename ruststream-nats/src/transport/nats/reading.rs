@@ -201,11 +201,7 @@ impl PullState {
 /// Takes `step` with `puller`. Asked to stop meanwhile, the step is left (nothing was taken
 /// from the client yet), except a request sent before a delivery is handed over: that one
 /// finishes, and the delivery is handed over.
-async fn stepping(
-    mut puller: Box<Puller>,
-    mut stop: oneshot::Receiver<()>,
-    step: Step,
-) -> Stepped {
+async fn stepping(mut puller: Box<Puller>, mut stop: oneshot::Receiver<()>, step: Step) -> Stepped {
     if let Step::AskThenHand(_) = step {
         let next = puller.step(step).await;
         return Stepped {
