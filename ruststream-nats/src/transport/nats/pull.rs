@@ -288,7 +288,10 @@ impl Puller {
             if self.ended {
                 return Poll::Ready(Polled::Ready(None));
             }
-            if (self.verify || self.outstanding <= self.lookahead / 2 || self.renew_due)
+            // Not in the middle of a wait: a wait goes on until it ends (see `poll_wait`), as
+            // its start is what the server's silence is measured from.
+            if self.waiting_since.is_none()
+                && (self.verify || self.outstanding <= self.lookahead / 2 || self.renew_due)
                 && self.online()
             {
                 return Poll::Ready(Polled::Await(Step::Ask));
@@ -703,6 +706,7 @@ pub(crate) enum Polled {
 }
 
 /// A step of the pull that awaits something besides messages.
+#[allow(clippy::large_enum_variant)] // made at most once per request, moved once into its future
 pub(crate) enum Step {
     /// Check the consumer when asked to, and send a request when one is due.
     Ask,
