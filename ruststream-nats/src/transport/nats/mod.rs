@@ -43,8 +43,8 @@ pub use self::headers::{from_header_map, to_header_map};
 use self::pull::{Lookahead, Puller};
 use self::reading::{Pumped, raw, reading};
 use super::{
-    ConsumerSpec, KvEntry, RawMessage, Refusal, StoredAck, StreamSpec, Subscription, Transport,
-    TransportError, TransportErrorKind,
+    ConsumerSpec, KvEntry, RawMessage, Refusal, ReplySubject, StoredAck, StreamSpec, Subscription,
+    Transport, TransportError, TransportErrorKind,
 };
 use crate::events::{Events, subscription_id};
 
@@ -163,6 +163,18 @@ impl NatsTransport {
     }
 }
 
+/// A Core publish's error from async-nats as a [`TransportError`].
+fn core_publish_error(subject: &str, err: async_nats::client::PublishError) -> TransportError {
+    use async_nats::client::PublishErrorKind as K;
+    let message = format!("publishing to `{subject}` failed");
+    match err.kind() {
+        K::InvalidSubject => TransportError::new(TransportErrorKind::Invalid, message),
+        K::MaxPayloadExceeded => TransportError::refused(Refusal::TooLarge, message),
+        _ => TransportError::new(TransportErrorKind::Other, message),
+    }
+    .with_cause(err)
+}
+
 impl Transport for NatsTransport {
     fn publish(
         &self,
@@ -182,16 +194,7 @@ impl Transport for NatsTransport {
                     .publish_with_headers(target, headers, payload)
                     .await
             };
-            result.map_err(|err| {
-                use async_nats::client::PublishErrorKind as K;
-                let message = format!("publishing to `{subject}` failed");
-                match err.kind() {
-                    K::InvalidSubject => TransportError::new(TransportErrorKind::Invalid, message),
-                    K::MaxPayloadExceeded => TransportError::refused(Refusal::TooLarge, message),
-                    _ => TransportError::new(TransportErrorKind::Other, message),
-                }
-                .with_cause(err)
-            })
+            result.map_err(|err| core_publish_error(&subject, err))
         })
     }
 
@@ -390,6 +393,26 @@ impl Transport for NatsTransport {
                     ),
                 )),
             }
+        })
+    }
+
+    fn acknowledge(
+        &self,
+        subject: &ReplySubject,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let headers = crate::telemetry::with_context(Headers::new());
+        if !headers.is_empty() {
+            // A trace context to carry: published as any message with headers.
+            return self.publish(subject.to_shared(), headers, payload);
+        }
+        let subject = subject.clone();
+        Box::pin(async move {
+            // The delivery's own subject, as the client handed it over: no copy.
+            self.client
+                .publish(subject.to_client(), payload)
+                .await
+                .map_err(|err| core_publish_error(&subject, err))
         })
     }
 

@@ -14,12 +14,13 @@ use tokio::sync::oneshot;
 use super::from_header_map;
 use super::pull::{Delivered, Polled, Puller, Step};
 use crate::JetStreamInfo;
-use crate::transport::{RawMessage, Subscription, TransportError, Unsubscribe};
+use crate::transport::{RawMessage, ReplySubject, Subscription, TransportError, Unsubscribe};
 
 pub(super) fn raw(message: async_nats::Message, jetstream: Option<JetStreamInfo>) -> RawMessage {
     RawMessage {
         subject: Arc::from(message.subject.as_str()),
-        reply: message.reply.map(|reply| Arc::from(reply.as_str())),
+        // Kept as the client's subject: an acknowledgement goes back to it without a copy.
+        reply: message.reply.map(ReplySubject::from),
         headers: from_header_map(message.headers.as_ref()),
         payload: message.payload,
         jetstream,
@@ -290,7 +291,8 @@ fn raw_sharing(
     };
     RawMessage {
         subject,
-        reply: message.reply.map(|reply| Arc::from(reply.as_str())),
+        // Kept as the client's subject: an acknowledgement goes back to it without a copy.
+        reply: message.reply.map(ReplySubject::from),
         headers: from_header_map(message.headers.as_ref()),
         payload: message.payload,
         jetstream,
