@@ -4,9 +4,9 @@ use std::num::NonZeroU32;
 use std::sync::Mutex;
 
 use futures::future::BoxFuture;
-use ruststream::{HandlerOutcome, Headers};
 use ruststream::Registration;
 use ruststream::settle::{Facts, decide};
+use ruststream::{HandlerOutcome, Headers};
 
 use super::*;
 use crate::transport::{ConsumerSpec, StreamSpec, Subscription};
