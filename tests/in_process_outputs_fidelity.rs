@@ -257,7 +257,7 @@ async fn a_request_gets_the_first_response(server: &Server) {
         let inbox = request.reply.clone().expect("a request carries its inbox");
         let mut payload = request.payload.to_vec();
         payload.extend_from_slice(b"!");
-        wire.publish(inbox, Headers::new(), payload.into())
+        wire.publish(inbox.into(), Headers::new(), payload.into())
             .await
             .expect("answered");
     };

@@ -52,8 +52,8 @@ async fn publish(nats: &InProcessNats, subject: &str, payload: &str) {
 }
 
 async fn ack(nats: &InProcessNats, m: &RawMessage, wire: &str) {
-    let reply = m.reply.clone().expect("an ack subject");
-    nats.publish(reply, Headers::new(), wire.to_owned().into())
+    let reply = m.reply.as_ref().expect("an ack subject");
+    nats.acknowledge(reply, wire.to_owned().into())
         .await
         .expect("ack");
 }

@@ -1,6 +1,8 @@
 //! What a JetStream delivery's acknowledgement subject tells: the stream, the consumer, the
 //! delivery count and the sequences.
 
+use std::sync::Arc;
+
 /// The facts of a JetStream delivery, read from its acknowledgement subject and attached to the
 /// delivery as an extension (`delivery.extension::<JetStreamInfo>()`).
 ///
@@ -14,21 +16,24 @@
 ///
 /// let info = JetStreamInfo::parse("$JS.ACK.PAYMENTS.capture.2.17.21.1700000000000000000.4")
 ///     .expect("an acknowledgement subject");
-/// assert_eq!(info.stream, "PAYMENTS");
-/// assert_eq!(info.consumer, "capture");
+/// assert_eq!(&*info.stream, "PAYMENTS");
+/// assert_eq!(&*info.consumer, "capture");
 /// assert_eq!(info.delivered, 2);
 /// assert_eq!(info.stream_sequence, 17);
 /// assert_eq!(info.pending, 4);
 /// ```
+///
+/// The names are shared strings: every delivery of a consumer names the same stream and
+/// consumer, and the pull hands each delivery the same two (no allocation per message).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct JetStreamInfo {
     /// The JetStream domain, when the subject names one (`_` means none and gives `None`).
-    pub domain: Option<String>,
+    pub domain: Option<Arc<str>>,
     /// The stream the message is stored in.
-    pub stream: String,
+    pub stream: Arc<str>,
     /// The consumer that delivered it.
-    pub consumer: String,
+    pub consumer: Arc<str>,
     /// How many times the consumer delivered it, this delivery included.
     pub delivered: u64,
     /// The message's sequence in the stream: the same on every redelivery.
@@ -49,13 +54,41 @@ impl JetStreamInfo {
 }
 
 impl From<AckSubject<'_>> for JetStreamInfo {
-    /// The facts of a subject already read (by the pull's check that a message is its
-    /// consumer's: the subject is read once per delivery).
+    /// The facts of a subject already read, its names copied.
     fn from(ack: AckSubject<'_>) -> Self {
         Self {
-            domain: ack.domain.map(str::to_owned),
-            stream: ack.stream.to_owned(),
-            consumer: ack.consumer.to_owned(),
+            domain: ack.domain.map(Arc::from),
+            stream: Arc::from(ack.stream),
+            consumer: Arc::from(ack.consumer),
+            delivered: ack.delivered,
+            stream_sequence: ack.stream_sequence,
+            consumer_sequence: ack.consumer_sequence,
+            timestamp: ack.timestamp,
+            pending: ack.pending,
+        }
+    }
+}
+
+impl JetStreamInfo {
+    /// The facts of a subject already read (by the pull's check that a message is its
+    /// consumer's: the subject is read once per delivery), with names the reader already holds
+    /// for them: `stream` and `consumer` are `ack`'s (the caller checked), and `domain` is
+    /// shared when it is the last one seen (kept in `last_domain`).
+    pub(crate) fn shared(
+        ack: AckSubject<'_>,
+        stream: &Arc<str>,
+        consumer: &Arc<str>,
+        last_domain: &mut Option<Arc<str>>,
+    ) -> Self {
+        debug_assert!(ack.stream == &**stream && ack.consumer == &**consumer);
+        let domain = ack.domain.map(|domain| match last_domain {
+            Some(last) if **last == *domain => Arc::clone(last),
+            _ => Arc::clone(last_domain.insert(Arc::from(domain))),
+        });
+        Self {
+            domain,
+            stream: Arc::clone(stream),
+            consumer: Arc::clone(consumer),
             delivered: ack.delivered,
             stream_sequence: ack.stream_sequence,
             consumer_sequence: ack.consumer_sequence,
@@ -66,7 +99,6 @@ impl From<AckSubject<'_>> for JetStreamInfo {
 }
 
 /// The prefix of every acknowledgement subject.
-#[cfg_attr(not(feature = "embedded"), allow(dead_code))] // the in-process server's
 pub(crate) const ACK_PREFIX: &str = "$JS.ACK.";
 
 /// An acknowledgement subject read in place: the one parser of its two forms, for
@@ -88,30 +120,44 @@ pub(crate) struct AckSubject<'a> {
 impl<'a> AckSubject<'a> {
     /// Reads `subject`; `None` when it is not an acknowledgement subject.
     pub(crate) fn parse(subject: &'a str) -> Option<Self> {
-        // The first 11 tokens, and how many there are (read once per delivery: no allocation,
-        // one pass over the bytes).
-        let mut tokens = [""; 11];
+        let rest = subject.strip_prefix(ACK_PREFIX)?;
+        // The first 9 tokens after the prefix, and how many there are (read once per delivery:
+        // no allocation, the dots found eight bytes at a time).
+        let mut tokens = [""; 9];
         let mut count = 0;
         let mut start = 0;
-        for (i, byte) in subject.bytes().enumerate() {
-            if byte == b'.' {
-                if let Some(slot) = tokens.get_mut(count) {
-                    *slot = subject.get(start..i).unwrap_or_default();
-                }
-                count += 1;
-                start = i + 1;
+        let mut dot = |at: usize| {
+            if let Some(slot) = tokens.get_mut(count) {
+                *slot = rest.get(start..at).unwrap_or_default();
+            }
+            count += 1;
+            start = at + 1;
+        };
+        let bytes = rest.as_bytes();
+        let mut words = bytes.chunks_exact(8);
+        let mut base = 0;
+        for word in words.by_ref() {
+            let mut eight = [0; 8];
+            eight.copy_from_slice(word);
+            let mut dots = dots_in(u64::from_le_bytes(eight));
+            while dots != 0 {
+                dot(base + (dots.trailing_zeros() / 8) as usize);
+                dots &= dots - 1;
+            }
+            base += 8;
+        }
+        for (i, byte) in words.remainder().iter().enumerate() {
+            if *byte == b'.' {
+                dot(base + i);
             }
         }
-        if let Some(slot) = tokens.get_mut(count) {
-            *slot = subject.get(start..).unwrap_or_default();
-        }
-        count += 1;
-        let (domain, rest) = match (tokens[0], tokens[1], count) {
-            ("$JS", "ACK", 9) => (None, &tokens[2..9]),
-            ("$JS", "ACK", count) if count >= 11 => {
-                let domain = tokens[2];
+        dot(bytes.len());
+        let (domain, rest) = match count {
+            7 => (None, &tokens[..7]),
+            count if count >= 9 => {
+                let domain = tokens[0];
                 let domain = (domain != "_" && !domain.is_empty()).then_some(domain);
-                (domain, &tokens[4..11])
+                (domain, &tokens[2..9])
             }
             _ => return None,
         };
@@ -125,13 +171,48 @@ impl<'a> AckSubject<'a> {
             domain,
             stream,
             consumer,
-            delivered: delivered.parse().ok()?,
-            stream_sequence: sseq.parse().ok()?,
-            consumer_sequence: cseq.parse().ok()?,
-            timestamp: ts.parse().ok()?,
-            pending: pending.parse().ok()?,
+            delivered: number(delivered)?,
+            stream_sequence: number(sseq)?,
+            consumer_sequence: number(cseq)?,
+            timestamp: number(ts)?,
+            pending: number(pending)?,
         })
     }
+}
+
+/// The dots of eight bytes (little-endian): the high bit of each byte that is a `.`, and no
+/// other bit.
+fn dots_in(word: u64) -> u64 {
+    const DOTS: u64 = u64::from_le_bytes([b'.'; 8]);
+    const LOW7: u64 = u64::from_le_bytes([0x7f; 8]);
+    // A byte of `x` is zero where `word` has a dot; adding 0x7f to its low seven bits sets the
+    // high bit of every byte but those (no carry crosses bytes).
+    let x = word ^ DOTS;
+    !(((x & LOW7).wrapping_add(LOW7)) | x | LOW7)
+}
+
+/// A decimal number as `u64::from_str` reads it (an optional `+`, then at least one digit, at
+/// most `u64::MAX`), without its radix-generic steps: five per delivery.
+pub(crate) fn number(token: &str) -> Option<u64> {
+    let digits = token.strip_prefix('+').unwrap_or(token).as_bytes();
+    if digits.is_empty() {
+        return None;
+    }
+    // 19 digits never overflow; only a longer number is checked step by step.
+    let checked = digits.len() > 19;
+    let mut value: u64 = 0;
+    for &digit in digits {
+        let digit = digit.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = if checked {
+            value.checked_mul(10)?.checked_add(u64::from(digit))?
+        } else {
+            value * 10 + u64::from(digit)
+        };
+    }
+    Some(value)
 }
 
 /// The acknowledgement subject of a delivery, in the form a server without a domain writes (the
@@ -179,8 +260,8 @@ mod tests {
         let info = JetStreamInfo::parse("$JS.ACK.ORDERS.worker.3.10.12.1700000000000000000.0")
             .expect("v1 form");
         assert_eq!(info.domain, None);
-        assert_eq!(info.stream, "ORDERS");
-        assert_eq!(info.consumer, "worker");
+        assert_eq!(&*info.stream, "ORDERS");
+        assert_eq!(&*info.consumer, "worker");
         assert_eq!(info.delivered, 3);
         assert_eq!(info.stream_sequence, 10);
         assert_eq!(info.consumer_sequence, 12);
@@ -195,7 +276,7 @@ mod tests {
         )
         .expect("v2 form");
         assert_eq!(with.domain.as_deref(), Some("hub"));
-        assert_eq!(with.stream, "ORDERS");
+        assert_eq!(&*with.stream, "ORDERS");
         assert_eq!(with.delivered, 1);
         assert_eq!(with.stream_sequence, 5);
         assert_eq!(with.pending, 9);

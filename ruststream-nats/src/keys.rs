@@ -38,7 +38,7 @@ pub enum StreamName {}
 impl Key for StreamName {
     type Value = Option<String>;
     fn get(ctx: &Context<'_>) -> Result<Self::Value, Rejection> {
-        Ok(info(ctx).map(|i| i.stream.clone()))
+        Ok(info(ctx).map(|i| i.stream.to_string()))
     }
 }
 

@@ -112,13 +112,13 @@ fn span_of(endpoint: &Endpoint, delivery: &Delivery, js: Option<&JetStreamInfo>)
     if otel::exported(&span) {
         let info = endpoint.info();
         let group = js
-            .map(|js| js.consumer.as_str())
+            .map(|js| &*js.consumer)
             .or(info.descriptor.queue_group.as_deref());
         otel::describe(
             &span,
             delivery.subject(),
             group,
-            js.map(|js| js.stream.as_str()),
+            js.map(|js| &*js.stream),
             Some(delivery.payload().len()),
         );
         otel::adopt_parent(&span, delivery);

@@ -135,10 +135,10 @@ impl Server {
     pub async fn settle(&self, message: &RawMessage, wire: &str) {
         let reply = message
             .reply
-            .clone()
+            .as_ref()
             .expect("a JetStream delivery has a reply subject");
         self.wire()
-            .publish(reply, Headers::new(), wire.to_owned().into())
+            .acknowledge(reply, wire.to_owned().into())
             .await
             .expect("send the acknowledgement");
         self.wire().flush().await.expect("flush");

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::Bytes;
 use ruststream::registration::{Handled, RegistrationInfo};
 use ruststream::settle::{AckKind, Decision, DeliveryModel, Facts, Settle};
-use ruststream::{AckError, Delivery, Headers};
+use ruststream::{AckError, Delivery};
 
 use crate::ack_wire::{PROGRESS, ack_payload};
 use crate::copies::{Copies, without_server_headers};
-use crate::transport::{Transport, TransportError, TransportErrorKind};
+use crate::transport::{ReplySubject, Transport, TransportError, TransportErrorKind};
 
 /// How many times a confirmed settlement is sent before it is given up on.
 const CONFIRM_TRIES: u32 = 5;
@@ -26,8 +26,9 @@ const CONFIRM_PAUSE: std::time::Duration = std::time::Duration::from_millis(500)
 pub(crate) struct Incoming {
     /// The delivery, as the handler sees it.
     pub(crate) delivery: Delivery,
-    /// Where a JetStream acknowledgement goes; `None` on Core.
-    pub(crate) ack_subject: Option<Arc<str>>,
+    /// Where a JetStream acknowledgement goes, as the transport handed it over; `None` on
+    /// Core.
+    pub(crate) ack_subject: Option<ReplySubject>,
 }
 
 /// Executes the decisions of one registration.
@@ -209,11 +210,7 @@ impl Executor {
         };
         if let Err(err) = self
             .transport
-            .publish(
-                Arc::clone(ack_subject),
-                Headers::new(),
-                Bytes::from_static(PROGRESS),
-            )
+            .acknowledge(ack_subject, Bytes::from_static(PROGRESS))
             .await
         {
             tracing::debug!(registration = %self.registration, %err, "a progress signal failed");
@@ -252,7 +249,7 @@ impl Executor {
             return Box::pin(self.send_confirmed(ack_subject, kind)).await;
         }
         self.transport
-            .publish(Arc::clone(ack_subject), Headers::new(), ack_payload(kind))
+            .acknowledge(ack_subject, ack_payload(kind))
             .await
             .map_err(|err| AckError::Failed(Box::new(err)))?;
         tracing::trace!(registration = %self.registration, ack = %kind, "settled");
@@ -261,13 +258,17 @@ impl Executor {
 
     /// Sends `kind` as a request the server answers once it acted on it, again (up to
     /// [`CONFIRM_TRIES`] times, [`CONFIRM_PAUSE`] apart) until it does.
-    async fn send_confirmed(&self, ack_subject: &Arc<str>, kind: AckKind) -> Result<(), AckError> {
+    async fn send_confirmed(
+        &self,
+        ack_subject: &ReplySubject,
+        kind: AckKind,
+    ) -> Result<(), AckError> {
         let mut tries = 0;
         loop {
             tries += 1;
             let confirmed = self
                 .transport
-                .settle_confirmed(Arc::clone(ack_subject), ack_payload(kind))
+                .settle_confirmed(ack_subject.to_shared(), ack_payload(kind))
                 .await;
             match confirmed {
                 Ok(()) => {

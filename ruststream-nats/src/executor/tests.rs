@@ -4,9 +4,9 @@ use std::num::NonZeroU32;
 use std::sync::Mutex;
 
 use futures::future::BoxFuture;
-use ruststream::HandlerOutcome;
 use ruststream::Registration;
 use ruststream::settle::{Facts, decide};
+use ruststream::{HandlerOutcome, Headers};
 
 use super::*;
 use crate::transport::{ConsumerSpec, StreamSpec, Subscription};
@@ -138,7 +138,7 @@ fn at_cap() -> Incoming {
         .with_attempt(NonZeroU32::new(2).expect("two"));
     Incoming {
         delivery,
-        ack_subject: Some(Arc::from("$JS.ACK.S.C.2.1.2.0.0")),
+        ack_subject: Some(ReplySubject::from("$JS.ACK.S.C.2.1.2.0.0")),
     }
 }
 

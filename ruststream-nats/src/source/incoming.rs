@@ -2,6 +2,7 @@
 //! a Core message's attempt from its retry-count header (never trusted past the cap).
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 
 use ruststream::Delivery;
 use ruststream::settle::DeliveryModel;
@@ -63,7 +64,7 @@ pub(crate) fn incoming_capped(
             let attempt = core_attempt(&headers, &subject, registration, cap);
             let delivery = Delivery::new(subject, payload)
                 .with_headers(headers)
-                .with_reply(reply)
+                .with_reply(reply.map(Arc::from))
                 .with_attempt(attempt);
             Incoming {
                 delivery,
@@ -136,10 +137,12 @@ mod tests {
     use bytes::Bytes;
     use ruststream::Headers;
 
+    use crate::transport::ReplySubject;
+
     fn raw(reply: Option<&str>, headers: Headers) -> RawMessage {
         RawMessage {
             subject: Arc::from("orders.created"),
-            reply: reply.map(Arc::from),
+            reply: reply.map(ReplySubject::from),
             headers,
             payload: Bytes::from_static(b"{}"),
             jetstream: None,

@@ -256,7 +256,7 @@ impl AppWire {
 fn raw_message(m: async_nats::Message) -> RawMessage {
     RawMessage {
         subject: Arc::from(m.subject.as_str()),
-        reply: m.reply.map(|r| Arc::from(r.as_str())),
+        reply: m.reply.map(Into::into),
         headers: m.headers.as_ref().map(headers_of).unwrap_or_default(),
         payload: m.payload,
         jetstream: None,

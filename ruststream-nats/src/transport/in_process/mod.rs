@@ -311,7 +311,7 @@ impl Transport for InProcessNats {
                 let id = state.subscribe(inbox.clone(), None, tx);
                 let message = RawMessage {
                     subject: Arc::clone(&subject),
-                    reply: Some(Arc::from(inbox)),
+                    reply: Some(inbox.into()),
                     headers,
                     payload,
                     jetstream: None,

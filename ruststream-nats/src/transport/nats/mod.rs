@@ -43,8 +43,8 @@ pub use self::headers::{from_header_map, to_header_map};
 use self::pull::{Lookahead, Puller};
 use self::reading::{Pumped, raw, reading};
 use super::{
-    ConsumerSpec, KvEntry, RawMessage, Refusal, StoredAck, StreamSpec, Subscription, Target,
-    Transport, TransportError, TransportErrorKind,
+    ConsumerSpec, KvEntry, RawMessage, Refusal, ReplySubject, StoredAck, StreamSpec, Subscription,
+    Target, Transport, TransportError, TransportErrorKind,
 };
 use crate::events::{Events, subscription_id};
 
@@ -435,6 +435,26 @@ impl Transport for NatsTransport {
                     ),
                 )),
             }
+        })
+    }
+
+    fn acknowledge(
+        &self,
+        subject: &ReplySubject,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let headers = crate::telemetry::with_context(Headers::new());
+        if !headers.is_empty() {
+            // A trace context to carry: published as any message with headers.
+            return self.publish(subject.to_shared(), headers, payload);
+        }
+        let subject = subject.clone();
+        Box::pin(async move {
+            // The delivery's own subject, as the client handed it over: no copy.
+            self.client
+                .publish(subject.to_client(), payload)
+                .await
+                .map_err(|err| core_publish_error(&subject, err))
         })
     }
 

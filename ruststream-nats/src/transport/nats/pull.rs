@@ -90,15 +90,17 @@
 //! delivery expires: the payments demo met it in about one run in five on 2.9.10
 //! (`tests/firstrun_redelivery.rs` puts the two on top of each other).
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Poll, ready};
 use std::time::Duration;
 
 use async_nats::connection::State;
 use async_nats::{Client, Message, StatusCode, Subject, Subscriber};
 use bytes::Bytes;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use tokio::time::{Instant, Sleep};
 
 use super::errors::is_stream_not_found;
@@ -156,9 +158,12 @@ pub(crate) struct Puller {
     subscriber: Subscriber,
     next_subject: Subject,
     inbox: Subject,
-    /// The stream and the consumer: a delivery's reply subject must name both.
-    stream: String,
-    consumer: String,
+    /// The stream and the consumer: a delivery's reply subject must name both. Shared with
+    /// every delivery's [`JetStreamInfo`] (no copy per message).
+    stream: Arc<str>,
+    consumer: Arc<str>,
+    /// The JetStream domain the last delivery named, shared with the next one that names it.
+    domain: Option<Arc<str>>,
     /// Forged messages dropped since the last warning, and when it was logged.
     forged: u64,
     forged_warned: Option<Instant>,
@@ -197,11 +202,13 @@ pub(crate) struct Puller {
     /// Ask the server whether the consumer still exists before the next request (after a
     /// silence or a reconnection).
     verify: bool,
+    /// When the wait for a message began (see [`Puller::poll_wait`]); `None` when not waiting.
+    waiting_since: Option<Instant>,
 }
 
 impl Puller {
     /// Subscribes to the inbox the messages of `consumer` of `stream` will come to. Nothing is
-    /// asked for until [`next`](Self::next).
+    /// asked for until [`poll_next`](Self::poll_next).
     pub(crate) async fn open(
         client: Client,
         stream: &str,
@@ -236,8 +243,9 @@ impl Puller {
         Ok(Self {
             next_subject: Subject::from(format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}")),
             inbox: Subject::from(inbox),
-            stream: stream.to_owned(),
-            consumer: consumer.to_owned(),
+            stream: Arc::from(stream),
+            consumer: Arc::from(consumer),
+            domain: None,
             forged: 0,
             forged_warned: None,
             client,
@@ -261,42 +269,41 @@ impl Puller {
             renew_due: false,
             expires,
             verify: false,
+            waiting_since: None,
         })
     }
 
-    /// The next message the server delivered. More is asked for whenever no more than half the
-    /// lookahead is still to come: before waiting, and again before a message is handed over. `None` once nothing more can come: the consumer was deleted,
-    /// or the connection closed for good. An error is reported once; the next call carries on.
-    pub(crate) async fn next(&mut self) -> Option<Result<Delivered, TransportError>> {
+    /// The next message the server delivered, as far as it comes without awaiting anything but
+    /// messages (what nearly every message takes): a delivery, the end or an error
+    /// ([`Polled::Ready`]), or the [`Step`] that awaits something else (a pull request to send,
+    /// the consumer to check, a pause), for [`step`](Self::step) to take before polling again.
+    /// Polled directly by the reader (`reading.rs`), it needs no future per message.
+    ///
+    /// More is asked for whenever no more than half the lookahead is still to come: before
+    /// waiting, and again before a message is handed over. `None` once nothing more can come:
+    /// the consumer was deleted, or the connection closed for good. An error is reported once;
+    /// the next call carries on.
+    pub(crate) fn poll_next(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Polled> {
         loop {
             if self.ended {
-                return None;
+                return Poll::Ready(Polled::Ready(None));
             }
-            if self.verify && self.online() {
-                self.verify = false;
-                if let Some(gone) = self.gone().await {
-                    self.ended = true;
-                    return Some(Err(gone));
-                }
-            }
-            if (self.outstanding <= self.lookahead / 2 || self.renew_due)
+            // Not in the middle of a wait: a wait goes on until it ends (see `poll_wait`), as
+            // its start is what the server's silence is measured from.
+            if self.waiting_since.is_none()
+                && (self.verify || self.outstanding <= self.lookahead / 2 || self.renew_due)
                 && self.online()
-                && let Err(err) = self.pull().await
             {
-                return Some(Err(err));
+                return Poll::Ready(Polled::Await(Step::Ask));
             }
-            let message = match self.subscriber.next().now_or_never() {
-                Some(message) => message,
-                None => match self.wait().await {
-                    Some(message) => message,
-                    // Silence (the count was reset), or the newest request is about to
-                    // expire: ask again.
-                    None => continue,
-                },
+            let Some(message) = ready!(self.poll_message(cx)) else {
+                // Silence (the count was reset), or the newest request is about to expire:
+                // ask again.
+                continue;
             };
             let Some(message) = message else {
                 // The client closed the subscription: the connection is gone for good.
-                return None;
+                return Poll::Ready(Polled::Ready(None));
             };
             match message.status {
                 None | Some(StatusCode::OK) => {
@@ -306,12 +313,11 @@ impl Puller {
                     self.outstanding = self.outstanding.saturating_sub(1);
                     self.returned += 1;
                     // Ask for more now, not when the next message is wanted: the request is
-                    // on the server while this one is handled. A failure is reported by the
-                    // next call, which asks again.
+                    // on the server while this one is handled.
                     if self.outstanding <= self.lookahead / 2 {
-                        let _ = self.pull().await;
+                        return Poll::Ready(Polled::Await(Step::AskThenHand((message, info))));
                     }
-                    return Some(Ok((message, info)));
+                    return Poll::Ready(Polled::Ready(Some(Ok((message, info)))));
                 }
                 Some(StatusCode::IDLE_HEARTBEAT) => {}
                 // A request expired (or, unpinned, was let go): what it did not deliver never
@@ -327,10 +333,10 @@ impl Puller {
                     {
                         // The same request would meet the same answer: the pull ends here.
                         self.ended = true;
-                        return Some(Err(TransportError::new(
+                        return Poll::Ready(Polled::Ready(Some(Err(TransportError::new(
                             TransportErrorKind::Other,
                             format!("pulling ended: {description}"),
-                        )));
+                        )))));
                     }
                     if description.starts_with("Exceeded MaxWaiting") {
                         // Asking again at once would meet the same answer: pause.
@@ -341,8 +347,7 @@ impl Puller {
                             pause = ?MAX_WAITING_PAUSE,
                             "the server refused a pull request: too many requests wait on the consumer (its max_waiting); asking again after a pause"
                         );
-                        tokio::time::sleep(MAX_WAITING_PAUSE).await;
-                        continue;
+                        return Poll::Ready(Polled::Await(Step::Pause));
                     }
                     // A leadership change, a message over the size asked for: the request
                     // ended.
@@ -356,25 +361,60 @@ impl Puller {
                     // runtime opens the consumer again.
                     self.outstanding = 0;
                     self.ended = true;
-                    return Some(Err(TransportError::new(
+                    return Poll::Ready(Polled::Ready(Some(Err(TransportError::new(
                         TransportErrorKind::Other,
                         format!(
                             "pulling ended: consumer `{}` of stream `{}` does not answer (no responders: it is gone, or JetStream is off)",
                             self.consumer, self.stream
                         ),
-                    )));
+                    )))));
                 }
                 Some(status) => {
                     // A request refused (a bad request, say) delivers nothing more.
                     self.undelivered(&message);
-                    return Some(Err(TransportError::new(
+                    return Poll::Ready(Polled::Ready(Some(Err(TransportError::new(
                         TransportErrorKind::Other,
                         format!(
                             "pulling failed: status {status} ({})",
                             message.description.as_deref().unwrap_or_default()
                         ),
-                    )));
+                    )))));
                 }
+            }
+        }
+    }
+
+    /// Takes `step`: `Some` with the next delivery (or the end, or an error) when the step ends
+    /// in one, `None` when polling goes on.
+    pub(crate) async fn step(
+        &mut self,
+        step: Step,
+    ) -> Option<Option<Result<Delivered, TransportError>>> {
+        match step {
+            Step::Ask => {
+                if self.verify && self.online() {
+                    self.verify = false;
+                    if let Some(gone) = self.gone().await {
+                        self.ended = true;
+                        return Some(Some(Err(gone)));
+                    }
+                }
+                if (self.outstanding <= self.lookahead / 2 || self.renew_due)
+                    && self.online()
+                    && let Err(err) = self.pull().await
+                {
+                    return Some(Some(Err(err)));
+                }
+                None
+            }
+            Step::AskThenHand(delivered) => {
+                // A failure is reported by the next call, which asks again.
+                let _ = self.pull().await;
+                Some(Some(Ok(delivered)))
+            }
+            Step::Pause => {
+                tokio::time::sleep(MAX_WAITING_PAUSE).await;
+                None
             }
         }
     }
@@ -484,9 +524,14 @@ impl Puller {
             .reply
             .as_deref()
             .and_then(AckSubject::parse)
-            .filter(|ack| ack.stream == self.stream && ack.consumer == self.consumer);
+            .filter(|ack| ack.stream == &*self.stream && ack.consumer == &*self.consumer);
         if let Some(ack) = genuine {
-            return Some(JetStreamInfo::from(ack));
+            return Some(JetStreamInfo::shared(
+                ack,
+                &self.stream,
+                &self.consumer,
+                &mut self.domain,
+            ));
         }
         self.forged += 1;
         let now = Instant::now();
@@ -580,54 +625,94 @@ impl Puller {
         self.outstanding = self.outstanding.saturating_sub(undelivered);
     }
 
+    /// The next message: at once when the client holds one, else [`poll_wait`](Self::poll_wait).
+    fn poll_message(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<Option<Message>>> {
+        if self.waiting_since.is_none()
+            && let Poll::Ready(message) = self.subscriber.poll_next_unpin(cx)
+        {
+            return Poll::Ready(Some(message));
+        }
+        self.poll_wait(cx)
+    }
+
     /// Waits for the next message. `None` when the requests are lost: the server was silent for
     /// two heartbeats, or the client reconnected since they went out (the server holds none of
     /// them, and the count starts again from zero). While the client is not connected it waits
     /// for the connection, asking for nothing. `None` too when the newest request needs a
-    /// successor.
-    async fn wait(&mut self) -> Option<Option<Message>> {
-        let started = Instant::now();
-        let silent_at = self.heartbeat.map(|heartbeat| started + 2 * heartbeat);
-        // Moved at most once per check, not per message.
-        if self.quiet.deadline() < started {
-            self.quiet.as_mut().reset(started + CHECK);
-        }
-        loop {
-            tokio::select! {
-                biased;
-                message = self.subscriber.next() => return Some(message),
-                () = self.renew.as_mut(), if self.renew_armed => {
-                    // The newest request is about to expire: ask again (see the module docs).
-                    self.renew_due = true;
-                    self.renew_armed = false;
-                    return None;
+    /// successor. The wait starts at the first poll and ends when this is ready.
+    fn poll_wait(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<Option<Message>>> {
+        let started = match self.waiting_since {
+            Some(started) => started,
+            None => {
+                let started = Instant::now();
+                // Moved at most once per check, not per message.
+                if self.quiet.deadline() < started {
+                    self.quiet.as_mut().reset(started + CHECK);
                 }
-                () = self.quiet.as_mut() => {
-                    let now = Instant::now();
-                    self.quiet.as_mut().reset(now + CHECK);
-                    if !self.online() {
-                        // A lost connection takes the requests with it; nothing is asked
-                        // for until it is back.
-                        self.outstanding = 0;
-                        continue;
-                    }
-                    let reconnected = self.stats.connects.load(Ordering::Relaxed) != self.connects;
-                    let silent = silent_at.is_some_and(|at| now >= at);
-                    let idle = self.outstanding == 0;
-                    if silent || reconnected {
-                        self.verify = true;
-                    }
-                    if silent || reconnected || idle {
-                        tracing::debug!(
-                            outstanding = self.outstanding,
-                            reconnected,
-                            "no message nor heartbeat from the server: pulling again"
-                        );
-                        self.outstanding = 0;
-                        return None;
-                    }
-                }
+                self.waiting_since = Some(started);
+                started
             }
-        }
+        };
+        let silent_at = self.heartbeat.map(|heartbeat| started + 2 * heartbeat);
+        let waited = loop {
+            if let Poll::Ready(message) = self.subscriber.poll_next_unpin(cx) {
+                break Some(message);
+            }
+            if self.renew_armed && self.renew.as_mut().poll(cx).is_ready() {
+                // The newest request is about to expire: ask again (see the module docs).
+                self.renew_due = true;
+                self.renew_armed = false;
+                break None;
+            }
+            if self.quiet.as_mut().poll(cx).is_ready() {
+                let now = Instant::now();
+                self.quiet.as_mut().reset(now + CHECK);
+                if !self.online() {
+                    // A lost connection takes the requests with it; nothing is asked for until
+                    // it is back.
+                    self.outstanding = 0;
+                    continue;
+                }
+                let reconnected = self.stats.connects.load(Ordering::Relaxed) != self.connects;
+                let silent = silent_at.is_some_and(|at| now >= at);
+                let idle = self.outstanding == 0;
+                if silent || reconnected {
+                    self.verify = true;
+                }
+                if silent || reconnected || idle {
+                    tracing::debug!(
+                        outstanding = self.outstanding,
+                        reconnected,
+                        "no message nor heartbeat from the server: pulling again"
+                    );
+                    self.outstanding = 0;
+                    break None;
+                }
+                continue;
+            }
+            return Poll::Pending;
+        };
+        self.waiting_since = None;
+        Poll::Ready(waited)
     }
+}
+
+/// What [`Puller::poll_next`] came to.
+pub(crate) enum Polled {
+    /// The next delivery; `None` once nothing more can come.
+    Ready(Option<Result<Delivered, TransportError>>),
+    /// A step that awaits something besides messages, for [`Puller::step`].
+    Await(Step),
+}
+
+/// A step of the pull that awaits something besides messages.
+#[allow(clippy::large_enum_variant)] // made at most once per request, moved once into its future
+pub(crate) enum Step {
+    /// Check the consumer when asked to, and send a request when one is due.
+    Ask,
+    /// Send a request, then hand `Delivered` over (the request reaches the server while it is
+    /// handled).
+    AskThenHand(Delivered),
+    /// The server refused a request because too many wait: pause before asking again.
+    Pause,
 }

@@ -1,6 +1,7 @@
 //! Reading a Core subscription or a pull consumer in the runtime's own task, and stopping it:
 //! the stream ends after what the client already holds is handed over.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,14 +14,15 @@ use futures::{Stream, StreamExt};
 use tokio::sync::oneshot;
 
 use super::from_header_map;
-use super::pull::{Delivered, Puller};
+use super::pull::{Delivered, Polled, Puller, Step};
 use crate::JetStreamInfo;
-use crate::transport::{RawMessage, Subscription, TransportError, Unsubscribe};
+use crate::transport::{RawMessage, ReplySubject, Subscription, TransportError, Unsubscribe};
 
 pub(super) fn raw(message: async_nats::Message, jetstream: Option<JetStreamInfo>) -> RawMessage {
     RawMessage {
         subject: Arc::from(message.subject.as_str()),
-        reply: message.reply.map(|reply| Arc::from(reply.as_str())),
+        // Kept as the client's subject: an acknowledgement goes back to it without a copy.
+        reply: message.reply.map(ReplySubject::from),
         headers: from_header_map(message.headers.as_ref()),
         payload: message.payload,
         jetstream,
@@ -39,7 +41,7 @@ type Item = Result<RawMessage, TransportError>;
 /// leaves the client only when the runtime asks for the next one, which it does when a handler
 /// is free.
 pub(super) fn reading(source: Pumped) -> Subscription {
-    let source = match source {
+    match source {
         // Read directly, without a stream adapter moving its state on every message.
         Pumped::Core(subscriber) => {
             let stop = Arc::new(CoreStop::default());
@@ -50,22 +52,26 @@ pub(super) fn reading(source: Pumped) -> Subscription {
                 },
                 subject: None,
             };
-            return (messages.boxed(), Box::new(StopCore(stop)));
+            (messages.boxed(), Box::new(StopCore(stop)))
         }
-        source => source,
-    };
-    let (stop, stopped) = oneshot::channel();
-    let state = Reading::Running {
-        source,
-        stop: stopped,
-        subject: None,
-    };
-    (
-        futures::stream::unfold(state, Reading::step).boxed(),
-        Box::new(StopReading {
-            request: Mutex::new(Some(stop)),
-        }),
-    )
+        // Polled directly too: a future only for what awaits besides messages.
+        Pumped::Pull(puller) => {
+            let (stop, stopped) = oneshot::channel();
+            let messages = PullReading {
+                state: PullState::Running {
+                    puller,
+                    stop: stopped,
+                },
+                subject: None,
+            };
+            (
+                messages.boxed(),
+                Box::new(StopReading {
+                    request: Mutex::new(Some(stop)),
+                }),
+            )
+        }
+    }
 }
 
 /// Asks the stream to stop taking new messages: it does at its next read (the runtime reads
@@ -149,7 +155,7 @@ impl Stream for CoreReading {
         loop {
             match &mut this.state {
                 CoreState::Running { subscriber, stop } => {
-                    // Asked to stop, or the handle is gone: checked first, as `Reading` does.
+                    // Asked to stop, or the handle is gone: checked first.
                     if !stop.requested() {
                         if let Poll::Ready(message) = subscriber.poll_next_unpin(cx) {
                             return Poll::Ready(
@@ -165,9 +171,7 @@ impl Stream for CoreReading {
                     if let CoreState::Running { subscriber, .. } =
                         std::mem::replace(&mut this.state, CoreState::Ended)
                     {
-                        this.state = CoreState::Stopping(Box::pin(Reading::stopped(Pumped::Core(
-                            subscriber,
-                        ))));
+                        this.state = CoreState::Stopping(Box::pin(Reading::stopped(subscriber)));
                     }
                 }
                 CoreState::Stopping(stopping) => {
@@ -182,81 +186,144 @@ impl Stream for CoreReading {
     }
 }
 
+/// A Core subscription once stopped: its last messages, read as it drains.
 enum Reading {
-    Running {
-        source: Pumped,
-        stop: oneshot::Receiver<()>,
-        /// The last message's subject: the next one's too, most of the time (shared, not
-        /// copied again).
-        subject: Option<Arc<str>>,
-    },
-    /// Stopped: the last messages of a drained Core subscription.
     Draining(async_nats::Subscriber),
-    /// Stopped: what a pull had already brought into the client.
-    Leftovers(std::vec::IntoIter<Delivered>),
 }
 
 impl Reading {
-    async fn step(mut self) -> Option<(Item, Self)> {
-        loop {
-            self = match self {
-                Self::Running {
-                    mut source,
-                    mut stop,
-                    mut subject,
-                } => {
-                    tokio::select! {
-                        biased;
-                        // Asked to stop, or the handle is gone.
-                        _ = &mut stop => Self::stopped(source).await,
-                        item = next(&mut source) => {
-                            let item = item?.map(|(message, jetstream)| {
-                                raw_sharing(message, jetstream, &mut subject)
-                            });
-                            return Some((item, Self::Running { source, stop, subject }));
-                        }
-                    }
-                }
-                Self::Draining(mut subscriber) => {
-                    let message = subscriber.next().await?;
-                    return Some((Ok(raw(message, None)), Self::Draining(subscriber)));
-                }
-                Self::Leftovers(mut rest) => {
-                    let (message, jetstream) = rest.next()?;
-                    return Some((Ok(raw(message, Some(jetstream))), Self::Leftovers(rest)));
-                }
-            };
-        }
+    async fn step(self) -> Option<(Item, Self)> {
+        let Self::Draining(mut subscriber) = self;
+        let message = subscriber.next().await?;
+        Some((Ok(raw(message, None)), Self::Draining(subscriber)))
     }
 
-    /// Takes no new messages from `source`; what the client already holds is still handed
+    /// Takes no new messages from `subscriber`; what the client already holds is still handed
     /// over.
-    async fn stopped(source: Pumped) -> Self {
-        match source {
-            Pumped::Core(mut subscriber) => {
-                if let Err(err) = subscriber.drain().await {
-                    // The connection is gone, and with it the subscription: the stream ends.
-                    tracing::debug!(%err, "draining a subscription failed");
-                }
-                Self::Draining(subscriber)
-            }
-            // Nothing more is asked for; what was on its way is taken (`Puller::stop`), then
-            // the inbox closes with the puller.
-            Pumped::Pull(mut puller) => Self::Leftovers(puller.stop().await.into_iter()),
+    async fn stopped(mut subscriber: async_nats::Subscriber) -> Self {
+        if let Err(err) = subscriber.drain().await {
+            // The connection is gone, and with it the subscription: the stream ends.
+            tracing::debug!(%err, "draining a subscription failed");
         }
+        Self::Draining(subscriber)
     }
 }
 
-/// The next message; a pull's with the facts of its acknowledgement subject.
-async fn next(
-    source: &mut Pumped,
-) -> Option<Result<(async_nats::Message, Option<JetStreamInfo>), TransportError>> {
-    match source {
-        Pumped::Core(subscriber) => subscriber.next().await.map(|message| Ok((message, None))),
-        Pumped::Pull(puller) => puller
-            .next()
-            .await
-            .map(|delivered| delivered.map(|(message, info)| (message, Some(info)))),
+/// A pull read in place: the puller polled directly ([`Puller::poll_next`]); what awaits
+/// besides messages (a request to send, the consumer to check, a pause) runs as a future that
+/// holds the puller and hands it back (once per request: at most once per half lookahead of
+/// messages, not per message).
+struct PullReading {
+    state: PullState,
+    /// The last message's subject, shared with the next one when it is the same.
+    subject: Option<Arc<str>>,
+}
+
+enum PullState {
+    Running {
+        puller: Box<Puller>,
+        stop: oneshot::Receiver<()>,
+    },
+    /// A step of the pull that awaits something besides messages.
+    Stepping(BoxFuture<'static, Stepped>),
+    /// Asked to stop: nothing more is asked for; what was on its way is taken
+    /// ([`Puller::stop`]), then the inbox closes with the puller.
+    Stopping(BoxFuture<'static, Vec<Delivered>>),
+    /// What the pull had brought into the client when it stopped.
+    Leftovers(std::vec::IntoIter<Delivered>),
+    Ended,
+}
+
+/// A step taken: the puller back, with the stop signal unless it came during the step.
+struct Stepped {
+    puller: Box<Puller>,
+    stop: Option<oneshot::Receiver<()>>,
+    next: Option<Option<Result<Delivered, TransportError>>>,
+}
+
+impl PullState {
+    fn stopping(mut puller: Box<Puller>) -> Self {
+        Self::Stopping(Box::pin(async move { puller.stop().await }))
+    }
+}
+
+/// Takes `step` with `puller`. Asked to stop meanwhile, the step is left (nothing was taken
+/// from the client yet), except a request sent before a delivery is handed over: that one
+/// finishes, and the delivery is handed over.
+async fn stepping(mut puller: Box<Puller>, mut stop: oneshot::Receiver<()>, step: Step) -> Stepped {
+    if let Step::AskThenHand(_) = step {
+        let next = puller.step(step).await;
+        return Stepped {
+            puller,
+            stop: Some(stop),
+            next,
+        };
+    }
+    tokio::select! {
+        biased;
+        // Asked to stop, or the handle is gone.
+        _ = &mut stop => Stepped { puller, stop: None, next: None },
+        next = puller.step(step) => Stepped { puller, stop: Some(stop), next },
+    }
+}
+
+impl Stream for PullReading {
+    type Item = Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+        let this = &mut *self;
+        let next = loop {
+            match &mut this.state {
+                PullState::Running { puller, stop } => {
+                    // Asked to stop, or the handle is gone: checked first.
+                    if Pin::new(stop).poll(cx).is_ready() {
+                        if let PullState::Running { puller, .. } =
+                            std::mem::replace(&mut this.state, PullState::Ended)
+                        {
+                            this.state = PullState::stopping(puller);
+                        }
+                        continue;
+                    }
+                    match ready!(puller.poll_next(cx)) {
+                        Polled::Ready(next) => break next,
+                        Polled::Await(step) => {
+                            if let PullState::Running { puller, stop } =
+                                std::mem::replace(&mut this.state, PullState::Ended)
+                            {
+                                this.state =
+                                    PullState::Stepping(Box::pin(stepping(puller, stop, step)));
+                            }
+                        }
+                    }
+                }
+                PullState::Stepping(step) => {
+                    let Stepped { puller, stop, next } = ready!(step.as_mut().poll(cx));
+                    this.state = match stop {
+                        Some(stop) => PullState::Running { puller, stop },
+                        None => PullState::stopping(puller),
+                    };
+                    if let Some(next) = next {
+                        break next;
+                    }
+                }
+                PullState::Stopping(stopping) => {
+                    let held = ready!(stopping.as_mut().poll(cx));
+                    this.state = PullState::Leftovers(held.into_iter());
+                }
+                PullState::Leftovers(rest) => break rest.next().map(Ok),
+                PullState::Ended => return Poll::Ready(None),
+            }
+        };
+        match next {
+            Some(next) => Poll::Ready(Some(next.map(|(message, jetstream)| {
+                raw_sharing(message, Some(jetstream), &mut this.subject)
+            }))),
+            None => {
+                // Nothing more comes: the puller (and its inbox) goes.
+                this.state = PullState::Ended;
+                Poll::Ready(None)
+            }
+        }
     }
 }
 
@@ -272,7 +339,8 @@ fn raw_sharing(
     };
     RawMessage {
         subject,
-        reply: message.reply.map(|reply| Arc::from(reply.as_str())),
+        // Kept as the client's subject: an acknowledgement goes back to it without a copy.
+        reply: message.reply.map(ReplySubject::from),
         headers: from_header_map(message.headers.as_ref()),
         payload: message.payload,
         jetstream,

@@ -322,7 +322,7 @@ impl Consumer {
                 subject: Arc::clone(&stored.subject),
                 // What a pull of the real server reads from the subject, read here the same way.
                 jetstream: crate::JetStreamInfo::parse(&reply),
-                reply: Some(Arc::from(reply)),
+                reply: Some(reply.into()),
                 headers: stored.headers.clone(),
                 payload: stored.payload.clone(),
             };
