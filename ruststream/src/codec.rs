@@ -256,6 +256,14 @@ pub(crate) fn decode_delivery<In: DeserializeOwned + 'static>(
     {
         return Ok(value);
     }
+    decode_payload(format, delivery)
+}
+
+/// [`decode_delivery`] without the kept value: the payload decoded afresh.
+pub(crate) fn decode_payload<In: DeserializeOwned>(
+    format: Format,
+    delivery: &crate::Delivery,
+) -> Result<In, DecodeError> {
     format.accepts(content_type_of(delivery.headers()))?;
     format.decode(delivery.payload())
 }

@@ -107,8 +107,9 @@ where
     Arc::new(move |delivery, format| payload_key(&key, delivery, format).map(|(key, _)| key))
 }
 
-/// [`by_payload`], keeping the decoded payload in the delivery for the handler.
-pub(crate) fn by_payload_kept<T, K>(
+/// [`by_payload`] for an ordering lane: the decoded payload is kept in the delivery for the
+/// handler.
+pub(crate) fn lane_by_payload<T, K>(
     key: impl Fn(&T) -> K + Send + Sync + 'static,
 ) -> Arc<KeepingKeyFn>
 where
@@ -132,8 +133,9 @@ where
     T: DeserializeOwned + 'static,
     K: fmt::Display,
 {
+    // Decoded afresh: a value kept for the handler is the handler's.
     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        crate::codec::decode_delivery::<T>(format, delivery)
+        crate::codec::decode_payload::<T>(format, delivery)
     }));
     match decoded {
         Ok(Ok(value)) => check(key(&value).to_string()).map(|key| (key, value)),
@@ -144,10 +146,19 @@ where
 
 /// The key of a delivery, from its header `name`.
 pub(crate) fn by_header(name: String) -> Arc<KeyFn> {
-    Arc::new(move |delivery, _| match delivery.headers().get(&name) {
+    Arc::new(move |delivery, _| header_key(&name, delivery))
+}
+
+/// [`by_header`] for an ordering lane.
+pub(crate) fn lane_by_header(name: String) -> Arc<KeepingKeyFn> {
+    Arc::new(move |delivery, _| header_key(&name, delivery))
+}
+
+fn header_key(name: &str, delivery: &Delivery) -> Result<String, String> {
+    match delivery.headers().get(name) {
         Some(value) => check(value.to_owned()),
         None => Err(format!("the message has no `{name}` header")),
-    })
+    }
 }
 
 /// A key the store can hold: not empty. Any other text is kept (the store encodes it).

@@ -344,7 +344,7 @@ impl<S> Registration<S> {
         T: DeserializeOwned + Send + 'static,
         K: fmt::Display,
     {
-        let key = crate::idempotency::by_payload_kept(key);
+        let key = crate::idempotency::lane_by_payload(key);
         self.policy.lanes = Some(super::LaneKey::new("payload".to_owned(), key));
         self
     }
@@ -353,8 +353,7 @@ impl<S> Registration<S> {
     pub fn by_key_header(&mut self, name: impl Into<String>) -> &mut Self {
         let name = name.into();
         let source = format!("header {name}");
-        let header = crate::idempotency::by_header(name);
-        let key = Arc::new(move |delivery: &mut Delivery, format| header(delivery, format));
+        let key = crate::idempotency::lane_by_header(name);
         self.policy.lanes = Some(super::LaneKey::new(source, key));
         self
     }

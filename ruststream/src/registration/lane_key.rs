@@ -104,7 +104,7 @@ mod tests {
     }
 
     fn by_account() -> LaneKey {
-        let key = crate::idempotency::by_payload_kept(|p: &Payment| p.account);
+        let key = crate::idempotency::lane_by_payload(|p: &Payment| p.account);
         LaneKey::new("payload".to_owned(), key)
     }
 
@@ -140,6 +140,21 @@ mod tests {
     }
 
     #[test]
+    fn an_idempotency_key_of_the_same_type_leaves_the_kept_value_to_the_handler() {
+        let mut delivery = delivery(r#"{"account":7}"#);
+        by_account().of(&mut delivery, Format::Json).expect("a key");
+        let idempotency = crate::idempotency::by_payload(|p: &Payment| p.account);
+        assert_eq!(idempotency(&delivery, Format::Json), Ok("7".to_owned()));
+        assert_eq!(decoded(), 2, "the idempotency key decodes its own");
+        let payment: Payment = decode_delivery(Format::Json, &delivery).expect("decodes");
+        assert_eq!(
+            (payment.account, decoded()),
+            (7, 2),
+            "the handler's is the kept one"
+        );
+    }
+
+    #[test]
     fn a_payload_with_no_key_keeps_nothing() {
         let mut delivery = delivery(r#"{"account":"seven"}"#);
         let why = by_account()
@@ -152,10 +167,9 @@ mod tests {
 
     #[test]
     fn a_header_key_decodes_nothing() {
-        let header = crate::idempotency::by_header("account".to_owned());
         let key = LaneKey::new(
             "header account".to_owned(),
-            Arc::new(move |d: &mut Delivery, f| header(d, f)),
+            crate::idempotency::lane_by_header("account".to_owned()),
         );
         let headers: crate::Headers = [("account", "7")].into_iter().collect();
         let mut delivery = delivery(r#"{"account":7}"#).with_headers(headers);
