@@ -139,9 +139,11 @@ pub trait Publish: Send + Sync {
     }
 
     /// Whether a publish to `subject` waits for a confirmation (a stream stores it, as last
-    /// learned). A `reply` handler answering a request sends the response first when the
-    /// output is not confirmed (nothing can refuse it), and after the confirmed output
-    /// otherwise. `false` by default.
+    /// learned). The default [`Publish::publish_encoded`] asks it to order a response: first
+    /// when the output is not confirmed (nothing can refuse it), after the confirmed output
+    /// otherwise. A publisher that implements `publish_encoded` itself orders the response
+    /// there, and still answers here for a wrapper that forwards `publish_output` and
+    /// `confirms` to it but keeps the default `publish_encoded`. `false` by default.
     fn confirms(&self, subject: &str) -> bool {
         let _ = subject;
         false

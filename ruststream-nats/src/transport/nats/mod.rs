@@ -171,6 +171,26 @@ fn nats_subject(subject: &Target) -> async_nats::Subject {
     }
 }
 
+impl NatsTransport {
+    /// A Core publish of one message to `subject`, with its headers when there are any.
+    async fn core(
+        &self,
+        subject: &Target,
+        headers: HeaderMap,
+        payload: Bytes,
+    ) -> Result<(), TransportError> {
+        let target = nats_subject(subject);
+        let result = if headers.is_empty() {
+            self.client.publish(target, payload).await
+        } else {
+            self.client
+                .publish_with_headers(target, headers, payload)
+                .await
+        };
+        result.map_err(|err| core_publish_error(subject, err))
+    }
+}
+
 /// A Core publish's error from async-nats as a [`TransportError`].
 fn core_publish_error(subject: &str, err: async_nats::client::PublishError) -> TransportError {
     use async_nats::client::PublishErrorKind as K;
@@ -190,20 +210,8 @@ impl Transport for NatsTransport {
         headers: Headers,
         payload: Bytes,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
-        let headers = crate::telemetry::with_context(headers);
-        Box::pin(async move {
-            // One copy of the subject (async-nats keeps it as bytes).
-            let target = async_nats::Subject::from(&*subject);
-            let result = if headers.is_empty() {
-                self.client.publish(target, payload).await
-            } else {
-                let headers = to_header_map(&headers)?;
-                self.client
-                    .publish_with_headers(target, headers, payload)
-                    .await
-            };
-            result.map_err(|err| core_publish_error(&subject, err))
-        })
+        let headers = to_header_map(&crate::telemetry::with_context(headers));
+        Box::pin(async move { self.core(&Target::Shared(subject), headers?, payload).await })
     }
 
     fn publish_each<'a>(
@@ -216,23 +224,19 @@ impl Transport for NatsTransport {
         // map (what async-nats takes by value), the last one the map itself.
         let converted = self::headers::header_map_with_context(headers);
         Box::pin(async move {
-            let mut map = converted.map_err(|err| (0, err))?;
             let last = subjects.len().saturating_sub(1);
+            // Headers NATS cannot carry fail before anything is sent; the error names the last
+            // subject, the output a response goes before (the inbox's headers are the same).
+            let mut map = converted.map_err(|err| (last, err))?;
             for (index, subject) in subjects.iter().enumerate() {
-                let target = nats_subject(subject);
-                let result = if map.is_empty() {
-                    self.client.publish(target, payload.clone()).await
+                let headers = if index == last {
+                    std::mem::take(&mut map)
                 } else {
-                    let headers = if index == last {
-                        std::mem::take(&mut map)
-                    } else {
-                        map.clone()
-                    };
-                    self.client
-                        .publish_with_headers(target, headers, payload.clone())
-                        .await
+                    map.clone()
                 };
-                result.map_err(|err| (index, core_publish_error(subject, err)))?;
+                self.core(subject, headers, payload.clone())
+                    .await
+                    .map_err(|err| (index, err))?;
             }
             Ok(())
         })
