@@ -173,3 +173,153 @@ pub trait Publish: Send + Sync {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Records each publish as `"<how> <subject>"`, confirms stored outputs when `confirms`,
+    /// and fails the publish to `failing`.
+    struct Recording {
+        confirms: bool,
+        failing: Option<&'static str>,
+        sent: Mutex<Vec<(String, Headers)>>,
+    }
+
+    impl Recording {
+        fn new(confirms: bool, failing: Option<&'static str>) -> Self {
+            Self {
+                confirms,
+                failing,
+                sent: Mutex::new(Vec::new()),
+            }
+        }
+
+        fn record(&self, how: &str, message: OutboundMessage) -> Result<(), PublishError> {
+            if self.failing == Some(&*message.subject) {
+                return Err(PublishError::new(
+                    PublishErrorKind::NotStored,
+                    &*message.subject,
+                ));
+            }
+            self.sent
+                .lock()
+                .expect("not poisoned")
+                .push((format!("{how} {}", message.subject), message.headers));
+            Ok(())
+        }
+
+        fn subjects(&self) -> Vec<String> {
+            let sent = self.sent.lock().expect("not poisoned");
+            sent.iter().map(|(subject, _)| subject.clone()).collect()
+        }
+    }
+
+    impl Publish for Recording {
+        fn publish(&self, message: OutboundMessage) -> BoxFuture<'_, Result<(), PublishError>> {
+            let result = self.record("publish", message);
+            Box::pin(async move { result })
+        }
+
+        fn publish_output<'a>(
+            &'a self,
+            message: OutboundMessage,
+            origin: Origin<'a>,
+        ) -> BoxFuture<'a, Result<(), PublishError>> {
+            let result = self.record(&format!("output#{}", origin.output), message);
+            Box::pin(async move { result })
+        }
+
+        fn confirms(&self, _subject: &str) -> bool {
+            self.confirms
+        }
+    }
+
+    fn answer<'a>(input: &'a Delivery, inbox: Option<&'a Arc<str>>) -> EncodedOutput<'a> {
+        let mut headers = Headers::new();
+        headers.insert("content-type", "application/json");
+        let origin = Origin {
+            delivery: input,
+            registration: "answer",
+            output: 3,
+        };
+        EncodedOutput::new(
+            Cow::Borrowed("answered"),
+            headers,
+            Bytes::from_static(b"{}"),
+            origin,
+        )
+        .responding_to(inbox)
+    }
+
+    fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+        futures::executor::block_on(future)
+    }
+
+    #[test]
+    fn the_default_sends_the_response_before_an_unconfirmed_output() {
+        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
+        let inbox: Arc<str> = Arc::from("_INBOX.1");
+        let publisher = Recording::new(false, None);
+        run(publisher.publish_encoded(answer(&input, Some(&inbox)))).expect("published");
+        assert_eq!(publisher.subjects(), ["publish _INBOX.1", "output#3 answered"]);
+        let sent = publisher.sent.lock().expect("not poisoned");
+        assert_eq!(sent[0].1, sent[1].1, "the same headers on both");
+    }
+
+    #[test]
+    fn the_default_sends_the_response_after_a_confirmed_output() {
+        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
+        let inbox: Arc<str> = Arc::from("_INBOX.1");
+        let publisher = Recording::new(true, None);
+        run(publisher.publish_encoded(answer(&input, Some(&inbox)))).expect("published");
+        assert_eq!(publisher.subjects(), ["output#3 answered", "publish _INBOX.1"]);
+    }
+
+    #[test]
+    fn the_default_sends_no_response_after_a_failing_confirmed_output_and_names_it() {
+        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
+        let inbox: Arc<str> = Arc::from("_INBOX.1");
+        let publisher = Recording::new(true, Some("answered"));
+        let err = run(publisher.publish_encoded(answer(&input, Some(&inbox))))
+            .expect_err("the output fails");
+        assert_eq!(err.subject(), "answered");
+        assert!(publisher.subjects().is_empty(), "{:?}", publisher.subjects());
+    }
+
+    #[test]
+    fn the_default_names_the_failing_subject_whichever_it_is() {
+        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
+        let inbox: Arc<str> = Arc::from("_INBOX.1");
+        // Unconfirmed: the response went first, the output failed after it.
+        let publisher = Recording::new(false, Some("answered"));
+        let err = run(publisher.publish_encoded(answer(&input, Some(&inbox))))
+            .expect_err("the output fails");
+        assert_eq!(err.subject(), "answered");
+        assert_eq!(publisher.subjects(), ["publish _INBOX.1"]);
+        // Confirmed: the output was stored, the response failed.
+        let publisher = Recording::new(true, Some("_INBOX.1"));
+        let err = run(publisher.publish_encoded(answer(&input, Some(&inbox))))
+            .expect_err("the response fails");
+        assert_eq!(err.subject(), "_INBOX.1");
+        assert_eq!(publisher.subjects(), ["output#3 answered"]);
+        // Unconfirmed, the response fails: the output is not sent.
+        let publisher = Recording::new(false, Some("_INBOX.1"));
+        let err = run(publisher.publish_encoded(answer(&input, Some(&inbox))))
+            .expect_err("the response fails");
+        assert_eq!(err.subject(), "_INBOX.1");
+        assert!(publisher.subjects().is_empty());
+    }
+
+    #[test]
+    fn the_default_without_an_inbox_publishes_the_output_only() {
+        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
+        for confirms in [false, true] {
+            let publisher = Recording::new(confirms, None);
+            run(publisher.publish_encoded(answer(&input, None))).expect("published");
+            assert_eq!(publisher.subjects(), ["output#3 answered"]);
+        }
+    }
+}
