@@ -264,7 +264,10 @@ mod tests {
         let inbox: Arc<str> = Arc::from("_INBOX.1");
         let publisher = Recording::new(false, None);
         run(publisher.publish_encoded(answer(&input, Some(&inbox)))).expect("published");
-        assert_eq!(publisher.subjects(), ["publish _INBOX.1", "output#3 answered"]);
+        assert_eq!(
+            publisher.subjects(),
+            ["publish _INBOX.1", "output#3 answered"]
+        );
         let sent = publisher.sent.lock().expect("not poisoned");
         assert_eq!(sent[0].1, sent[1].1, "the same headers on both");
     }
@@ -275,7 +278,10 @@ mod tests {
         let inbox: Arc<str> = Arc::from("_INBOX.1");
         let publisher = Recording::new(true, None);
         run(publisher.publish_encoded(answer(&input, Some(&inbox)))).expect("published");
-        assert_eq!(publisher.subjects(), ["output#3 answered", "publish _INBOX.1"]);
+        assert_eq!(
+            publisher.subjects(),
+            ["output#3 answered", "publish _INBOX.1"]
+        );
     }
 
     #[test]
@@ -286,7 +292,11 @@ mod tests {
         let err = run(publisher.publish_encoded(answer(&input, Some(&inbox))))
             .expect_err("the output fails");
         assert_eq!(err.subject(), "answered");
-        assert!(publisher.subjects().is_empty(), "{:?}", publisher.subjects());
+        assert!(
+            publisher.subjects().is_empty(),
+            "{:?}",
+            publisher.subjects()
+        );
     }
 
     #[test]

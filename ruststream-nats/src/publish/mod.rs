@@ -310,7 +310,10 @@ impl NatsPublisher {
         headers: &Headers,
         payload: Bytes,
     ) -> Result<(), PublishError> {
-        let result = self.transport.publish_each(subjects, headers, payload).await;
+        let result = self
+            .transport
+            .publish_each(subjects, headers, payload)
+            .await;
         // The subjects before a failing one went out (a response before its output, say).
         let sent = match &result {
             Ok(()) => subjects.len(),

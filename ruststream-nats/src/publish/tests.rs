@@ -10,6 +10,8 @@ use crate::transport::{ConsumerSpec, Subscription};
 /// A wire whose stream `OUT` stores `out.>` and answers stored publishes with `answer`.
 struct Wire {
     answer: fn() -> Result<StoredAck, TransportError>,
+    /// A subject whose Core publish fails.
+    failing: Option<&'static str>,
     sent: Mutex<Vec<(String, Headers)>>,
 }
 
@@ -20,6 +22,14 @@ impl Transport for Wire {
         headers: Headers,
         _payload: Bytes,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
+        if self.failing == Some(&*subject) {
+            return Box::pin(async {
+                Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    "connection lost",
+                ))
+            });
+        }
         self.sent
             .lock()
             .expect("not poisoned")
@@ -85,8 +95,17 @@ impl Transport for Wire {
 }
 
 fn publisher(answer: fn() -> Result<StoredAck, TransportError>) -> (Arc<Wire>, NatsPublisher) {
+    failing_publisher(answer, None)
+}
+
+/// [`publisher`], whose Core publish to `failing` fails.
+fn failing_publisher(
+    answer: fn() -> Result<StoredAck, TransportError>,
+    failing: Option<&'static str>,
+) -> (Arc<Wire>, NatsPublisher) {
     let wire = Arc::new(Wire {
         answer,
+        failing,
         sent: Mutex::new(Vec::new()),
     });
     let publisher = NatsPublisher::new(Arc::clone(&wire) as Arc<dyn Transport>);
@@ -257,6 +276,147 @@ async fn a_response_goes_after_its_confirmed_output_and_not_after_a_refused_one(
         sent.len(),
         1,
         "no response after a refused output: {sent:?}"
+    );
+}
+
+fn stored_ack() -> Result<StoredAck, TransportError> {
+    Ok(StoredAck {
+        stream: "OUT".into(),
+        sequence: 1,
+        duplicate: false,
+    })
+}
+
+#[tokio::test]
+async fn the_response_to_a_stored_output_carries_no_message_id() {
+    let (wire, publisher) = publisher(stored_ack);
+    // A stream's delivery with an inbox: an output id is derived from it.
+    let input = jetstream_input().with_reply(Some(Arc::from("_INBOX.r.1")));
+    publisher
+        .publish_encoded(encoded("out.answered", &input))
+        .await
+        .expect("stored, then answered");
+    let sent = wire.sent.lock().expect("not poisoned").clone();
+    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(subjects, ["stored out.answered", "core _INBOX.r.1"]);
+    assert_eq!(sent[0].1.get(MSG_ID_HEADER), Some("ORDERS:17:answer:0"));
+    assert_eq!(sent[1].1.get(MSG_ID_HEADER), None, "{:?}", sent[1].1);
+    assert_eq!(
+        sent[1].1.get(ruststream::codec::CONTENT_TYPE),
+        Some("application/json")
+    );
+}
+
+#[tokio::test]
+async fn a_stream_gone_since_learned_publishes_the_output_on_core_then_the_response() {
+    let (wire, publisher) = publisher(|| {
+        Err(TransportError::new(
+            TransportErrorKind::NoStream,
+            "no stream",
+        ))
+    });
+    let input = request_input();
+    publisher
+        .publish_encoded(encoded("out.answered", &input))
+        .await
+        .expect("published unconfirmed, then answered");
+    let sent = wire.sent.lock().expect("not poisoned").clone();
+    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        subjects,
+        [
+            "stored out.answered",
+            "core out.answered",
+            "core _INBOX.r.1"
+        ]
+    );
+    assert_eq!(sent[1].1, sent[2].1);
+}
+
+/// Counts `ruststream_published_total{subject_kind="core"}`.
+#[derive(Default)]
+struct CoreCount(Arc<std::sync::atomic::AtomicU64>);
+
+impl metrics::CounterFn for CoreCount {
+    fn increment(&self, value: u64) {
+        self.0
+            .fetch_add(value, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn absolute(&self, value: u64) {
+        self.0.store(value, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl metrics::Recorder for CoreCount {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        let core = key.name() == "ruststream_published_total"
+            && key
+                .labels()
+                .any(|label| label.key() == "subject_kind" && label.value() == "core");
+        if core {
+            metrics::Counter::from_arc(Arc::new(CoreCount(Arc::clone(&self.0))))
+        } else {
+            metrics::Counter::noop()
+        }
+    }
+
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+#[test]
+fn an_output_failing_after_its_response_is_the_error_and_the_response_is_counted() {
+    let (wire, publisher) = failing_publisher(
+        || Err(TransportError::new(TransportErrorKind::Other, "")),
+        Some("answered"),
+    );
+    let input = request_input();
+    let recorder = CoreCount::default();
+    let err = metrics::with_local_recorder(&recorder, || {
+        futures::executor::block_on(publisher.publish_encoded(encoded("answered", &input)))
+    })
+    .expect_err("the output fails");
+    assert_eq!(err.kind(), PublishErrorKind::Broker);
+    assert_eq!(err.subject(), "answered", "{err}");
+    let sent = wire.sent.lock().expect("not poisoned").clone();
+    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(subjects, ["core _INBOX.r.1"]);
+    assert_eq!(
+        recorder.0.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "the response went out and is counted"
     );
 }
 
