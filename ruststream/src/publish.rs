@@ -254,16 +254,24 @@ mod tests {
         .responding_to(inbox)
     }
 
-    fn run<T>(future: impl std::future::Future<Output = T>) -> T {
-        futures::executor::block_on(future)
+    /// A request answered through the default `publish_encoded` of a publisher that confirms
+    /// when `confirms` and fails the publish to `failing`: what it sent, and the result.
+    fn answered(
+        confirms: bool,
+        failing: Option<&'static str>,
+    ) -> (Recording, Result<(), PublishError>) {
+        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
+        let inbox: Arc<str> = Arc::from("_INBOX.1");
+        let publisher = Recording::new(confirms, failing);
+        let result =
+            futures::executor::block_on(publisher.publish_encoded(answer(&input, Some(&inbox))));
+        (publisher, result)
     }
 
     #[test]
     fn the_default_sends_the_response_before_an_unconfirmed_output() {
-        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
-        let inbox: Arc<str> = Arc::from("_INBOX.1");
-        let publisher = Recording::new(false, None);
-        run(publisher.publish_encoded(answer(&input, Some(&inbox)))).expect("published");
+        let (publisher, result) = answered(false, None);
+        result.expect("published");
         assert_eq!(
             publisher.subjects(),
             ["publish _INBOX.1", "output#3 answered"]
@@ -274,10 +282,8 @@ mod tests {
 
     #[test]
     fn the_default_sends_the_response_after_a_confirmed_output() {
-        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
-        let inbox: Arc<str> = Arc::from("_INBOX.1");
-        let publisher = Recording::new(true, None);
-        run(publisher.publish_encoded(answer(&input, Some(&inbox)))).expect("published");
+        let (publisher, result) = answered(true, None);
+        result.expect("published");
         assert_eq!(
             publisher.subjects(),
             ["output#3 answered", "publish _INBOX.1"]
@@ -286,11 +292,8 @@ mod tests {
 
     #[test]
     fn the_default_sends_no_response_after_a_failing_confirmed_output_and_names_it() {
-        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
-        let inbox: Arc<str> = Arc::from("_INBOX.1");
-        let publisher = Recording::new(true, Some("answered"));
-        let err = run(publisher.publish_encoded(answer(&input, Some(&inbox))))
-            .expect_err("the output fails");
+        let (publisher, result) = answered(true, Some("answered"));
+        let err = result.expect_err("the output fails");
         assert_eq!(err.subject(), "answered");
         assert!(
             publisher.subjects().is_empty(),
@@ -301,25 +304,23 @@ mod tests {
 
     #[test]
     fn the_default_names_the_failing_subject_whichever_it_is() {
-        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
-        let inbox: Arc<str> = Arc::from("_INBOX.1");
         // Unconfirmed: the response went first, the output failed after it.
-        let publisher = Recording::new(false, Some("answered"));
-        let err = run(publisher.publish_encoded(answer(&input, Some(&inbox))))
-            .expect_err("the output fails");
-        assert_eq!(err.subject(), "answered");
+        let (publisher, result) = answered(false, Some("answered"));
+        assert_eq!(result.expect_err("the output fails").subject(), "answered");
         assert_eq!(publisher.subjects(), ["publish _INBOX.1"]);
         // Confirmed: the output was stored, the response failed.
-        let publisher = Recording::new(true, Some("_INBOX.1"));
-        let err = run(publisher.publish_encoded(answer(&input, Some(&inbox))))
-            .expect_err("the response fails");
-        assert_eq!(err.subject(), "_INBOX.1");
+        let (publisher, result) = answered(true, Some("_INBOX.1"));
+        assert_eq!(
+            result.expect_err("the response fails").subject(),
+            "_INBOX.1"
+        );
         assert_eq!(publisher.subjects(), ["output#3 answered"]);
         // Unconfirmed, the response fails: the output is not sent.
-        let publisher = Recording::new(false, Some("_INBOX.1"));
-        let err = run(publisher.publish_encoded(answer(&input, Some(&inbox))))
-            .expect_err("the response fails");
-        assert_eq!(err.subject(), "_INBOX.1");
+        let (publisher, result) = answered(false, Some("_INBOX.1"));
+        assert_eq!(
+            result.expect_err("the response fails").subject(),
+            "_INBOX.1"
+        );
         assert!(publisher.subjects().is_empty());
     }
 
@@ -328,7 +329,8 @@ mod tests {
         let input = Delivery::new("asked", Bytes::from_static(b"{}"));
         for confirms in [false, true] {
             let publisher = Recording::new(confirms, None);
-            run(publisher.publish_encoded(answer(&input, None))).expect("published");
+            futures::executor::block_on(publisher.publish_encoded(answer(&input, None)))
+                .expect("published");
             assert_eq!(publisher.subjects(), ["output#3 answered"]);
         }
     }

@@ -94,6 +94,21 @@ impl Transport for Wire {
     }
 }
 
+impl Wire {
+    /// What was sent, in order: `"<core|stored> <subject>"` and the headers.
+    fn sent(&self) -> Vec<(String, Headers)> {
+        self.sent.lock().expect("not poisoned").clone()
+    }
+
+    /// Where it was sent, in order: `"<core|stored> <subject>"`.
+    fn subjects(&self) -> Vec<String> {
+        self.sent()
+            .into_iter()
+            .map(|(subject, _)| subject)
+            .collect()
+    }
+}
+
 fn publisher(answer: fn() -> Result<StoredAck, TransportError>) -> (Arc<Wire>, NatsPublisher) {
     failing_publisher(answer, None)
 }
@@ -112,6 +127,15 @@ fn failing_publisher(
     (wire, publisher)
 }
 
+/// The stream `OUT` stored the message.
+fn stored_ack() -> Result<StoredAck, TransportError> {
+    Ok(StoredAck {
+        stream: "OUT".into(),
+        sequence: 1,
+        duplicate: false,
+    })
+}
+
 fn jetstream_input() -> Delivery {
     let mut delivery = Delivery::new("orders.placed", Bytes::from_static(b"{}"));
     let info = JetStreamInfo::parse("$JS.ACK.ORDERS.worker.2.17.21.1700000000000000000.0")
@@ -126,13 +150,7 @@ fn message(subject: &str) -> OutboundMessage {
 
 #[tokio::test]
 async fn a_stored_output_carries_the_id_derived_from_its_input() {
-    let (wire, publisher) = publisher(|| {
-        Ok(StoredAck {
-            stream: "OUT".into(),
-            sequence: 1,
-            duplicate: false,
-        })
-    });
+    let (wire, publisher) = publisher(stored_ack);
     let input = jetstream_input();
     let origin = Origin {
         delivery: &input,
@@ -147,7 +165,7 @@ async fn a_stored_output_carries_the_id_derived_from_its_input() {
         .publish_output(message("elsewhere"), origin)
         .await
         .expect("published");
-    let sent = wire.sent.lock().expect("not poisoned").clone();
+    let sent = wire.sent();
     assert_eq!(sent[0].0, "stored out.audited");
     assert_eq!(sent[0].1.get(MSG_ID_HEADER), Some("ORDERS:17:audit:1"));
     assert_eq!(sent[1].0, "core elsewhere");
@@ -231,9 +249,8 @@ async fn a_response_goes_before_a_core_output_with_the_same_headers() {
         .publish_encoded(encoded("answered", &input))
         .await
         .expect("published");
-    let sent = wire.sent.lock().expect("not poisoned").clone();
-    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(subjects, ["core _INBOX.r.1", "core answered"]);
+    let sent = wire.sent();
+    assert_eq!(wire.subjects(), ["core _INBOX.r.1", "core answered"]);
     assert_eq!(sent[0].1, sent[1].1);
     assert_eq!(
         sent[0].1.get(ruststream::codec::CONTENT_TYPE),
@@ -243,21 +260,13 @@ async fn a_response_goes_before_a_core_output_with_the_same_headers() {
 
 #[tokio::test]
 async fn a_response_goes_after_its_confirmed_output_and_not_after_a_refused_one() {
-    let (wire, storing) = publisher(|| {
-        Ok(StoredAck {
-            stream: "OUT".into(),
-            sequence: 1,
-            duplicate: false,
-        })
-    });
+    let (wire, storing) = publisher(stored_ack);
     let input = request_input();
     storing
         .publish_encoded(encoded("out.answered", &input))
         .await
         .expect("stored, then answered");
-    let sent = wire.sent.lock().expect("not poisoned").clone();
-    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(subjects, ["stored out.answered", "core _INBOX.r.1"]);
+    assert_eq!(wire.subjects(), ["stored out.answered", "core _INBOX.r.1"]);
 
     let (wire, refusing) = publisher(|| {
         Err(TransportError::new(
@@ -271,20 +280,12 @@ async fn a_response_goes_after_its_confirmed_output_and_not_after_a_refused_one(
         .expect_err("refused");
     assert_eq!(err.kind(), PublishErrorKind::NotStored);
     assert_eq!(err.subject(), "out.answered");
-    let sent = wire.sent.lock().expect("not poisoned").clone();
+    let sent = wire.sent();
     assert_eq!(
         sent.len(),
         1,
         "no response after a refused output: {sent:?}"
     );
-}
-
-fn stored_ack() -> Result<StoredAck, TransportError> {
-    Ok(StoredAck {
-        stream: "OUT".into(),
-        sequence: 1,
-        duplicate: false,
-    })
 }
 
 #[tokio::test]
@@ -296,9 +297,8 @@ async fn the_response_to_a_stored_output_carries_no_message_id() {
         .publish_encoded(encoded("out.answered", &input))
         .await
         .expect("stored, then answered");
-    let sent = wire.sent.lock().expect("not poisoned").clone();
-    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(subjects, ["stored out.answered", "core _INBOX.r.1"]);
+    let sent = wire.sent();
+    assert_eq!(wire.subjects(), ["stored out.answered", "core _INBOX.r.1"]);
     assert_eq!(sent[0].1.get(MSG_ID_HEADER), Some("ORDERS:17:answer:0"));
     assert_eq!(sent[1].1.get(MSG_ID_HEADER), None, "{:?}", sent[1].1);
     assert_eq!(
@@ -320,10 +320,9 @@ async fn a_stream_gone_since_learned_publishes_the_output_on_core_then_the_respo
         .publish_encoded(encoded("out.answered", &input))
         .await
         .expect("published unconfirmed, then answered");
-    let sent = wire.sent.lock().expect("not poisoned").clone();
-    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
+    let sent = wire.sent();
     assert_eq!(
-        subjects,
+        wire.subjects(),
         [
             "stored out.answered",
             "core out.answered",
@@ -410,9 +409,7 @@ fn an_output_failing_after_its_response_is_the_error_and_the_response_is_counted
     .expect_err("the output fails");
     assert_eq!(err.kind(), PublishErrorKind::Broker);
     assert_eq!(err.subject(), "answered", "{err}");
-    let sent = wire.sent.lock().expect("not poisoned").clone();
-    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(subjects, ["core _INBOX.r.1"]);
+    assert_eq!(wire.subjects(), ["core _INBOX.r.1"]);
     assert_eq!(
         recorder.0.load(std::sync::atomic::Ordering::Relaxed),
         1,
@@ -431,7 +428,7 @@ async fn an_inbox_that_is_not_a_subject_is_refused_before_anything_is_sent() {
         .expect_err("a pattern is no inbox");
     assert_eq!(err.kind(), PublishErrorKind::InvalidSubject);
     assert_eq!(err.subject(), "_INBOX.*");
-    assert!(wire.sent.lock().expect("not poisoned").is_empty());
+    assert!(wire.sent().is_empty());
 }
 
 #[test]
