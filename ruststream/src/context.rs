@@ -162,7 +162,9 @@ impl<'a> Context<'a> {
     }
 
     /// `value` in the registration's format, and headers holding only its `content-type`;
-    /// an encoding error names `subject`.
+    /// an encoding error names `subject`. Inlined: on the request/reply path as the body of
+    /// `publish_value` was before it was shared.
+    #[inline(always)]
     fn encode_parts<T: Serialize + ?Sized>(
         &self,
         subject: &str,

@@ -171,24 +171,27 @@ fn nats_subject(subject: &Target) -> async_nats::Subject {
     }
 }
 
-impl NatsTransport {
-    /// A Core publish of one message to `subject`, with its headers when there are any.
-    async fn core(
-        &self,
-        subject: &Target,
-        headers: HeaderMap,
-        payload: Bytes,
-    ) -> Result<(), TransportError> {
+/// A Core publish of one message to `$subject` (a [`Target`]) with `$headers` (an async-nats
+/// `HeaderMap`, sent only when not empty), as a `Result<(), TransportError>`: the one body of
+/// `publish` and `publish_each`. A macro, not an `async fn`: a nested future moved the
+/// arguments once more on every publish and made `publish_each`'s boxed future larger than
+/// the allocator's small-size caches (callgrind: about 850 instructions a request/reply round
+/// trip more).
+macro_rules! core_publish {
+    ($client:expr, $subject:expr, $headers:expr, $payload:expr) => {{
+        let subject: &Target = $subject;
+        let headers: HeaderMap = $headers;
         let target = nats_subject(subject);
         let result = if headers.is_empty() {
-            self.client.publish(target, payload).await
+            drop(headers);
+            $client.publish(target, $payload).await
         } else {
-            self.client
-                .publish_with_headers(target, headers, payload)
+            $client
+                .publish_with_headers(target, headers, $payload)
                 .await
         };
         result.map_err(|err| core_publish_error(subject, err))
-    }
+    }};
 }
 
 /// A Core publish's error from async-nats as a [`TransportError`].
@@ -211,7 +214,9 @@ impl Transport for NatsTransport {
         payload: Bytes,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
         let headers = to_header_map(&crate::telemetry::with_context(headers));
-        Box::pin(async move { self.core(&Target::Shared(subject), headers?, payload).await })
+        Box::pin(
+            async move { core_publish!(self.client, &Target::Shared(subject), headers?, payload) },
+        )
     }
 
     fn publish_each<'a>(
@@ -234,8 +239,7 @@ impl Transport for NatsTransport {
                 } else {
                     map.clone()
                 };
-                self.core(subject, headers, payload.clone())
-                    .await
+                core_publish!(self.client, subject, headers, payload.clone())
                     .map_err(|err| (index, err))?;
             }
             Ok(())
