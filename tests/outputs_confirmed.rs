@@ -5,7 +5,10 @@
 //!   settled: a stream that refuses it (full, `discard: new`) leaves the input unacknowledged,
 //!   and nothing is lost once the stream takes messages again;
 //! - a redelivered input does not store its output twice: the output carries a `Nats-Msg-Id`
-//!   derived from the input, and the stream's duplicate window drops the second copy.
+//!   derived from the input, and the stream's duplicate window drops the second copy;
+//! - a Core request whose `reply` output a stream stores gets its response once the stream
+//!   stored the output, without the output's `Nats-Msg-Id`; a full stream sends no response,
+//!   and the input is retried (a Core copy) up to its cap.
 
 mod support;
 
@@ -74,6 +77,16 @@ async fn slow_receipt(
         tokio::time::sleep(Duration::from_millis(1600)).await;
     }
     HandlerOutcome::ack()
+}
+
+/// Answers a Core request with a receipt, which `RECEIPTS` stores.
+#[subscriber("asks.receipt", reply)]
+async fn asked_receipt(
+    order: &Order,
+    State(calls): State<Calls>,
+) -> Result<Receipt, HandlerOutcome> {
+    calls.add();
+    Ok(Receipt { order: order.id })
 }
 
 fn app(calls: Calls, mount: impl FnOnce(&mut ruststream::Scope<Calls>)) -> impl App<State = Calls> {
@@ -146,6 +159,30 @@ impl Server {
                     .expect("the app starts"),
             )
         }
+    }
+
+    /// A Core request to `subject`: the response (payload, headers), or the transport's error.
+    async fn request(
+        &self,
+        subject: &str,
+        payload: &str,
+        timeout: Duration,
+    ) -> Result<(String, ruststream::Headers), ruststream_nats::transport::TransportError> {
+        use ruststream_nats::transport::Transport as _;
+        let (subject, payload) = (Arc::from(subject), payload.to_owned().into());
+        let headers = ruststream::Headers::new();
+        let response = match self {
+            Self::InProcess(t) => t.nats().request(subject, headers, payload, timeout).await?,
+            Self::Live { js, .. } => {
+                ruststream_nats::transport::nats::NatsTransport::new(js.client())
+                    .request(subject, headers, payload, timeout)
+                    .await?
+            }
+        };
+        Ok((
+            String::from_utf8_lossy(&response.payload).into_owned(),
+            response.headers,
+        ))
     }
 
     async fn publish(&self, subject: &str, payload: &str) {
@@ -294,7 +331,8 @@ macro_rules! both {
 
 both!(
     a_refused_reply_leaves_the_input_unacknowledged,
-    a_redelivered_input_stores_its_output_once
+    a_redelivered_input_stores_its_output_once,
+    a_core_request_is_answered_after_its_stored_output
 );
 
 async fn a_refused_reply_leaves_the_input_unacknowledged(live: bool) {
@@ -387,6 +425,53 @@ async fn a_redelivered_input_stores_its_output_once(live: bool) {
             Some("ORDERS:1:slow_receipt:0".to_owned())
         )],
         "the stream holds the receipt once, under the id derived from the input"
+    );
+    server.stop().await;
+}
+
+async fn a_core_request_is_answered_after_its_stored_output(live: bool) {
+    let counter = Calls::default();
+    let server = Server::start(live, StreamLimits::refuse_past(1), counter.clone(), |b| {
+        b.include(asked_receipt)
+            .max_attempts(support::nats::attempts(3));
+    })
+    .await;
+
+    let (response, headers) = server
+        .request("asks.receipt", r#"{"id":1}"#, PATIENCE)
+        .await
+        .expect("answered");
+    assert_eq!(response, r#"{"order":1}"#);
+    // The response goes after the stream stored the output: it is there by now.
+    assert_eq!(
+        server.stored("RECEIPTS").await,
+        // A Core input has no stream sequence: no id is derived for its output.
+        [(r#"{"order":1}"#.to_owned(), None)]
+    );
+    assert_eq!(headers.get("Nats-Msg-Id"), None, "{headers:?}");
+    assert_eq!(headers.get("content-type"), Some("application/json"));
+
+    // RECEIPTS is full and refuses the second receipt: no response, and the input is retried
+    // (a Core copy, without the inbox) up to its cap of three attempts.
+    let before = counter.count();
+    let err = server
+        .request("asks.receipt", r#"{"id":2}"#, Duration::from_secs(2))
+        .await
+        .expect_err("no response after a refused output");
+    assert_eq!(
+        err.kind,
+        ruststream_nats::transport::TransportErrorKind::TimedOut,
+        "{err}"
+    );
+    server
+        .until("the second input is handled three times", || {
+            counter.count() >= before + 3
+        })
+        .await;
+    assert_eq!(
+        server.stored("RECEIPTS").await.len(),
+        1,
+        "the stream refused it"
     );
     server.stop().await;
 }

@@ -226,3 +226,36 @@ async fn test_app_answers_requests_and_sends_them() {
 
     t.shutdown().await.expect("a clean stop");
 }
+
+/// Headers NATS cannot carry fail before anything is sent, and the error names the output (the
+/// last subject), not the inbox a response would have gone to first.
+#[tokio::test]
+async fn headers_nats_cannot_carry_fail_naming_the_output_not_the_inbox() {
+    use ruststream_nats::transport::{Target, Transport as _};
+    let (_server, client) = live_server().await;
+    let transport = ruststream_nats::transport::nats::NatsTransport::new(client.clone());
+    let inbox = client.new_inbox();
+    let mut responses = client.subscribe(inbox.clone()).await.expect("subscribed");
+    let mut headers = ruststream::Headers::new();
+    headers.insert("not a header name", "value");
+    let subjects = [
+        Target::Shared(std::sync::Arc::from(inbox.as_str())),
+        Target::Static("math.doubled"),
+    ];
+    let (index, err) = transport
+        .publish_each(&subjects, &headers, r#"{"value":1}"#.into())
+        .await
+        .expect_err("refused");
+    assert_eq!(index, 1, "the output's index: {err}");
+    assert_eq!(
+        err.kind,
+        ruststream_nats::transport::TransportErrorKind::Invalid
+    );
+    // Nothing went to the inbox: a probe published after is the first message there.
+    client
+        .publish(inbox.clone(), "probe".into())
+        .await
+        .expect("published");
+    let first = responses.next().await.expect("the probe");
+    assert_eq!(&first.payload[..], b"probe");
+}

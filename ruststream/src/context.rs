@@ -153,14 +153,31 @@ impl<'a> Context<'a> {
         subject: &str,
         value: &T,
     ) -> Result<OutboundMessage, PublishError> {
+        let (headers, payload) = self.encode_parts(subject, value)?;
+        Ok(OutboundMessage {
+            subject: Arc::from(subject),
+            headers,
+            payload,
+        })
+    }
+
+    /// `value` in the registration's format, and headers holding only its `content-type`;
+    /// an encoding error names `subject`. Inlined: on the request/reply path as the body of
+    /// `publish_value` was before it was shared.
+    #[inline(always)]
+    fn encode_parts<T: Serialize + ?Sized>(
+        &self,
+        subject: &str,
+        value: &T,
+    ) -> Result<(Headers, Bytes), PublishError> {
         let payload = self
             .format
             .encode(value)
             .map_err(|e| PublishError::new(PublishErrorKind::Encode, subject).with_source(e))?;
-        let mut message = OutboundMessage::new(subject, payload);
-        let (name, value) = self.format.content_type_header();
-        message.headers.insert(name, value);
-        Ok(message)
+        let mut headers = Headers::new();
+        let (name, content_type) = self.format.content_type_header();
+        headers.insert(name, content_type);
+        Ok((headers, payload))
     }
 
     /// The delivery, as it arrived.
@@ -231,13 +248,7 @@ impl<'a> Context<'a> {
         value: &T,
         inbox: Option<&Arc<str>>,
     ) -> Result<(), PublishError> {
-        let payload = self
-            .format
-            .encode(value)
-            .map_err(|e| PublishError::new(PublishErrorKind::Encode, &*subject).with_source(e))?;
-        let mut headers = Headers::new();
-        let (name, content_type) = self.format.content_type_header();
-        headers.insert(name, content_type);
+        let (mut headers, payload) = self.encode_parts(&subject, value)?;
         self.correlate_headers(&mut headers);
         let origin = self.next_origin();
         let output = EncodedOutput::new(subject, headers, payload, origin).responding_to(inbox);

@@ -139,9 +139,11 @@ pub trait Publish: Send + Sync {
     }
 
     /// Whether a publish to `subject` waits for a confirmation (a stream stores it, as last
-    /// learned). A `reply` handler answering a request sends the response first when the
-    /// output is not confirmed (nothing can refuse it), and after the confirmed output
-    /// otherwise. `false` by default.
+    /// learned). The default [`Publish::publish_encoded`] asks it to order a response: first
+    /// when the output is not confirmed (nothing can refuse it), after the confirmed output
+    /// otherwise. A publisher that implements `publish_encoded` itself orders the response
+    /// there, and still answers here for a wrapper that forwards `publish_output` and
+    /// `confirms` to it but keeps the default `publish_encoded`. `false` by default.
     fn confirms(&self, subject: &str) -> bool {
         let _ = subject;
         false
@@ -169,5 +171,167 @@ pub trait Publish: Send + Sync {
                     .with_source("this broker does not send requests"),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Records each publish as `"<how> <subject>"`, confirms stored outputs when `confirms`,
+    /// and fails the publish to `failing`.
+    struct Recording {
+        confirms: bool,
+        failing: Option<&'static str>,
+        sent: Mutex<Vec<(String, Headers)>>,
+    }
+
+    impl Recording {
+        fn new(confirms: bool, failing: Option<&'static str>) -> Self {
+            Self {
+                confirms,
+                failing,
+                sent: Mutex::new(Vec::new()),
+            }
+        }
+
+        fn record(&self, how: &str, message: OutboundMessage) -> Result<(), PublishError> {
+            if self.failing == Some(&*message.subject) {
+                return Err(PublishError::new(
+                    PublishErrorKind::NotStored,
+                    &*message.subject,
+                ));
+            }
+            self.sent
+                .lock()
+                .expect("not poisoned")
+                .push((format!("{how} {}", message.subject), message.headers));
+            Ok(())
+        }
+
+        fn subjects(&self) -> Vec<String> {
+            let sent = self.sent.lock().expect("not poisoned");
+            sent.iter().map(|(subject, _)| subject.clone()).collect()
+        }
+    }
+
+    impl Publish for Recording {
+        fn publish(&self, message: OutboundMessage) -> BoxFuture<'_, Result<(), PublishError>> {
+            let result = self.record("publish", message);
+            Box::pin(async move { result })
+        }
+
+        fn publish_output<'a>(
+            &'a self,
+            message: OutboundMessage,
+            origin: Origin<'a>,
+        ) -> BoxFuture<'a, Result<(), PublishError>> {
+            let result = self.record(&format!("output#{}", origin.output), message);
+            Box::pin(async move { result })
+        }
+
+        fn confirms(&self, _subject: &str) -> bool {
+            self.confirms
+        }
+    }
+
+    fn answer<'a>(input: &'a Delivery, inbox: Option<&'a Arc<str>>) -> EncodedOutput<'a> {
+        let mut headers = Headers::new();
+        headers.insert("content-type", "application/json");
+        let origin = Origin {
+            delivery: input,
+            registration: "answer",
+            output: 3,
+        };
+        EncodedOutput::new(
+            Cow::Borrowed("answered"),
+            headers,
+            Bytes::from_static(b"{}"),
+            origin,
+        )
+        .responding_to(inbox)
+    }
+
+    /// A request answered through the default `publish_encoded` of a publisher that confirms
+    /// when `confirms` and fails the publish to `failing`: what it sent, and the result.
+    fn answered(
+        confirms: bool,
+        failing: Option<&'static str>,
+    ) -> (Recording, Result<(), PublishError>) {
+        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
+        let inbox: Arc<str> = Arc::from("_INBOX.1");
+        let publisher = Recording::new(confirms, failing);
+        let result =
+            futures::executor::block_on(publisher.publish_encoded(answer(&input, Some(&inbox))));
+        (publisher, result)
+    }
+
+    #[test]
+    fn the_default_sends_the_response_before_an_unconfirmed_output() {
+        let (publisher, result) = answered(false, None);
+        result.expect("published");
+        assert_eq!(
+            publisher.subjects(),
+            ["publish _INBOX.1", "output#3 answered"]
+        );
+        let sent = publisher.sent.lock().expect("not poisoned");
+        assert_eq!(sent[0].1, sent[1].1, "the same headers on both");
+    }
+
+    #[test]
+    fn the_default_sends_the_response_after_a_confirmed_output() {
+        let (publisher, result) = answered(true, None);
+        result.expect("published");
+        assert_eq!(
+            publisher.subjects(),
+            ["output#3 answered", "publish _INBOX.1"]
+        );
+    }
+
+    #[test]
+    fn the_default_sends_no_response_after_a_failing_confirmed_output_and_names_it() {
+        let (publisher, result) = answered(true, Some("answered"));
+        let err = result.expect_err("the output fails");
+        assert_eq!(err.subject(), "answered");
+        assert!(
+            publisher.subjects().is_empty(),
+            "{:?}",
+            publisher.subjects()
+        );
+    }
+
+    #[test]
+    fn the_default_names_the_failing_subject_whichever_it_is() {
+        // Unconfirmed: the response went first, the output failed after it.
+        let (publisher, result) = answered(false, Some("answered"));
+        assert_eq!(result.expect_err("the output fails").subject(), "answered");
+        assert_eq!(publisher.subjects(), ["publish _INBOX.1"]);
+        // Confirmed: the output was stored, the response failed.
+        let (publisher, result) = answered(true, Some("_INBOX.1"));
+        assert_eq!(
+            result.expect_err("the response fails").subject(),
+            "_INBOX.1"
+        );
+        assert_eq!(publisher.subjects(), ["output#3 answered"]);
+        // Unconfirmed, the response fails: the output is not sent.
+        let (publisher, result) = answered(false, Some("_INBOX.1"));
+        assert_eq!(
+            result.expect_err("the response fails").subject(),
+            "_INBOX.1"
+        );
+        assert!(publisher.subjects().is_empty());
+    }
+
+    #[test]
+    fn the_default_without_an_inbox_publishes_the_output_only() {
+        let input = Delivery::new("asked", Bytes::from_static(b"{}"));
+        for confirms in [false, true] {
+            let publisher = Recording::new(confirms, None);
+            futures::executor::block_on(publisher.publish_encoded(answer(&input, None)))
+                .expect("published");
+            assert_eq!(publisher.subjects(), ["output#3 answered"]);
+        }
     }
 }

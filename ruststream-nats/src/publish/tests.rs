@@ -10,6 +10,8 @@ use crate::transport::{ConsumerSpec, Subscription};
 /// A wire whose stream `OUT` stores `out.>` and answers stored publishes with `answer`.
 struct Wire {
     answer: fn() -> Result<StoredAck, TransportError>,
+    /// A subject whose Core publish fails.
+    failing: Option<&'static str>,
     sent: Mutex<Vec<(String, Headers)>>,
 }
 
@@ -20,6 +22,14 @@ impl Transport for Wire {
         headers: Headers,
         _payload: Bytes,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
+        if self.failing == Some(&*subject) {
+            return Box::pin(async {
+                Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    "connection lost",
+                ))
+            });
+        }
         self.sent
             .lock()
             .expect("not poisoned")
@@ -84,13 +94,46 @@ impl Transport for Wire {
     }
 }
 
+impl Wire {
+    /// What was sent, in order: `"<core|stored> <subject>"` and the headers.
+    fn sent(&self) -> Vec<(String, Headers)> {
+        self.sent.lock().expect("not poisoned").clone()
+    }
+
+    /// Where it was sent, in order: `"<core|stored> <subject>"`.
+    fn subjects(&self) -> Vec<String> {
+        self.sent()
+            .into_iter()
+            .map(|(subject, _)| subject)
+            .collect()
+    }
+}
+
 fn publisher(answer: fn() -> Result<StoredAck, TransportError>) -> (Arc<Wire>, NatsPublisher) {
+    failing_publisher(answer, None)
+}
+
+/// [`publisher`], whose Core publish to `failing` fails.
+fn failing_publisher(
+    answer: fn() -> Result<StoredAck, TransportError>,
+    failing: Option<&'static str>,
+) -> (Arc<Wire>, NatsPublisher) {
     let wire = Arc::new(Wire {
         answer,
+        failing,
         sent: Mutex::new(Vec::new()),
     });
     let publisher = NatsPublisher::new(Arc::clone(&wire) as Arc<dyn Transport>);
     (wire, publisher)
+}
+
+/// The stream `OUT` stored the message.
+fn stored_ack() -> Result<StoredAck, TransportError> {
+    Ok(StoredAck {
+        stream: "OUT".into(),
+        sequence: 1,
+        duplicate: false,
+    })
 }
 
 fn jetstream_input() -> Delivery {
@@ -107,13 +150,7 @@ fn message(subject: &str) -> OutboundMessage {
 
 #[tokio::test]
 async fn a_stored_output_carries_the_id_derived_from_its_input() {
-    let (wire, publisher) = publisher(|| {
-        Ok(StoredAck {
-            stream: "OUT".into(),
-            sequence: 1,
-            duplicate: false,
-        })
-    });
+    let (wire, publisher) = publisher(stored_ack);
     let input = jetstream_input();
     let origin = Origin {
         delivery: &input,
@@ -128,7 +165,7 @@ async fn a_stored_output_carries_the_id_derived_from_its_input() {
         .publish_output(message("elsewhere"), origin)
         .await
         .expect("published");
-    let sent = wire.sent.lock().expect("not poisoned").clone();
+    let sent = wire.sent();
     assert_eq!(sent[0].0, "stored out.audited");
     assert_eq!(sent[0].1.get(MSG_ID_HEADER), Some("ORDERS:17:audit:1"));
     assert_eq!(sent[1].0, "core elsewhere");
@@ -212,9 +249,8 @@ async fn a_response_goes_before_a_core_output_with_the_same_headers() {
         .publish_encoded(encoded("answered", &input))
         .await
         .expect("published");
-    let sent = wire.sent.lock().expect("not poisoned").clone();
-    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(subjects, ["core _INBOX.r.1", "core answered"]);
+    let sent = wire.sent();
+    assert_eq!(wire.subjects(), ["core _INBOX.r.1", "core answered"]);
     assert_eq!(sent[0].1, sent[1].1);
     assert_eq!(
         sent[0].1.get(ruststream::codec::CONTENT_TYPE),
@@ -224,21 +260,13 @@ async fn a_response_goes_before_a_core_output_with_the_same_headers() {
 
 #[tokio::test]
 async fn a_response_goes_after_its_confirmed_output_and_not_after_a_refused_one() {
-    let (wire, storing) = publisher(|| {
-        Ok(StoredAck {
-            stream: "OUT".into(),
-            sequence: 1,
-            duplicate: false,
-        })
-    });
+    let (wire, storing) = publisher(stored_ack);
     let input = request_input();
     storing
         .publish_encoded(encoded("out.answered", &input))
         .await
         .expect("stored, then answered");
-    let sent = wire.sent.lock().expect("not poisoned").clone();
-    let subjects: Vec<&str> = sent.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(subjects, ["stored out.answered", "core _INBOX.r.1"]);
+    assert_eq!(wire.subjects(), ["stored out.answered", "core _INBOX.r.1"]);
 
     let (wire, refusing) = publisher(|| {
         Err(TransportError::new(
@@ -252,11 +280,140 @@ async fn a_response_goes_after_its_confirmed_output_and_not_after_a_refused_one(
         .expect_err("refused");
     assert_eq!(err.kind(), PublishErrorKind::NotStored);
     assert_eq!(err.subject(), "out.answered");
-    let sent = wire.sent.lock().expect("not poisoned").clone();
+    let sent = wire.sent();
     assert_eq!(
         sent.len(),
         1,
         "no response after a refused output: {sent:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_response_to_a_stored_output_carries_no_message_id() {
+    let (wire, publisher) = publisher(stored_ack);
+    // A stream's delivery with an inbox: an output id is derived from it.
+    let input = jetstream_input().with_reply(Some(Arc::from("_INBOX.r.1")));
+    publisher
+        .publish_encoded(encoded("out.answered", &input))
+        .await
+        .expect("stored, then answered");
+    let sent = wire.sent();
+    assert_eq!(wire.subjects(), ["stored out.answered", "core _INBOX.r.1"]);
+    assert_eq!(sent[0].1.get(MSG_ID_HEADER), Some("ORDERS:17:answer:0"));
+    assert_eq!(sent[1].1.get(MSG_ID_HEADER), None, "{:?}", sent[1].1);
+    assert_eq!(
+        sent[1].1.get(ruststream::codec::CONTENT_TYPE),
+        Some("application/json")
+    );
+}
+
+#[tokio::test]
+async fn a_stream_gone_since_learned_publishes_the_output_on_core_then_the_response() {
+    let (wire, publisher) = publisher(|| {
+        Err(TransportError::new(
+            TransportErrorKind::NoStream,
+            "no stream",
+        ))
+    });
+    let input = request_input();
+    publisher
+        .publish_encoded(encoded("out.answered", &input))
+        .await
+        .expect("published unconfirmed, then answered");
+    let sent = wire.sent();
+    assert_eq!(
+        wire.subjects(),
+        [
+            "stored out.answered",
+            "core out.answered",
+            "core _INBOX.r.1"
+        ]
+    );
+    assert_eq!(sent[1].1, sent[2].1);
+}
+
+/// Counts `ruststream_published_total{subject_kind="core"}`.
+#[derive(Default)]
+struct CoreCount(Arc<std::sync::atomic::AtomicU64>);
+
+impl metrics::CounterFn for CoreCount {
+    fn increment(&self, value: u64) {
+        self.0
+            .fetch_add(value, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn absolute(&self, value: u64) {
+        self.0.store(value, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl metrics::Recorder for CoreCount {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        let core = key.name() == "ruststream_published_total"
+            && key
+                .labels()
+                .any(|label| label.key() == "subject_kind" && label.value() == "core");
+        if core {
+            metrics::Counter::from_arc(Arc::new(CoreCount(Arc::clone(&self.0))))
+        } else {
+            metrics::Counter::noop()
+        }
+    }
+
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+#[test]
+fn an_output_failing_after_its_response_is_the_error_and_the_response_is_counted() {
+    let (wire, publisher) = failing_publisher(
+        || Err(TransportError::new(TransportErrorKind::Other, "")),
+        Some("answered"),
+    );
+    let input = request_input();
+    let recorder = CoreCount::default();
+    let err = metrics::with_local_recorder(&recorder, || {
+        futures::executor::block_on(publisher.publish_encoded(encoded("answered", &input)))
+    })
+    .expect_err("the output fails");
+    assert_eq!(err.kind(), PublishErrorKind::Broker);
+    assert_eq!(err.subject(), "answered", "{err}");
+    assert_eq!(wire.subjects(), ["core _INBOX.r.1"]);
+    assert_eq!(
+        recorder.0.load(std::sync::atomic::Ordering::Relaxed),
+        1,
+        "the response went out and is counted"
     );
 }
 
@@ -271,7 +428,7 @@ async fn an_inbox_that_is_not_a_subject_is_refused_before_anything_is_sent() {
         .expect_err("a pattern is no inbox");
     assert_eq!(err.kind(), PublishErrorKind::InvalidSubject);
     assert_eq!(err.subject(), "_INBOX.*");
-    assert!(wire.sent.lock().expect("not poisoned").is_empty());
+    assert!(wire.sent().is_empty());
 }
 
 #[test]

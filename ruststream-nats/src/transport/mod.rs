@@ -361,7 +361,9 @@ pub trait Transport: Send + Sync + 'static {
     /// turn: a handling's output, or the response to a request and the output it answers
     /// with. The headers are lent, so that a transport with a form of its own converts them
     /// once for all the subjects. Stops at the first subject that fails: its index and the
-    /// error. The default publishes each with [`Transport::publish`].
+    /// error (the subjects before it were sent). Headers the transport cannot carry fail
+    /// before anything is sent, at the last index: the output, which a response goes before.
+    /// The default publishes each with [`Transport::publish`].
     fn publish_each<'a>(
         &'a self,
         subjects: &'a [Target],
