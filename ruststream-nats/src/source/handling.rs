@@ -110,15 +110,17 @@ impl Source {
     pub(super) fn handle_inline(
         &self,
         shared: &Arc<Inline>,
-        mut handler: InlineHandler,
+        handler: InlineHandler,
         raw: RawMessage,
     ) -> impl Future<Output = InlineHandler> + Send + 'static {
         let Incoming {
             delivery,
             ack_subject,
         } = self.incoming(raw);
+        // Runs the user's tracing layers outside the handling's panic guard: it guards itself
+        // (a panic there leaves the delivery without a span, not unsettled).
         let span = telemetry::delivery_span(&self.endpoint, &delivery);
-        self.endpoint.start_inline(&mut handler, delivery);
+        let started = self.endpoint.start_inline(handler, delivery);
         let shared = Arc::clone(shared);
         async move {
             let Inline {
@@ -126,8 +128,8 @@ impl Source {
                 executor,
                 progress,
             } = &*shared;
-            let dispatch = endpoint.finish_inline(&mut handler);
-            let (delivery, (handled, decision)) =
+            let dispatch = endpoint.finish_inline(started);
+            let (handler, delivery, (handled, decision)) =
                 telemetry::observed(&span, &executor.metrics, 1, dispatch).await;
             let incoming = Incoming {
                 delivery,
