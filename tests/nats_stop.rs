@@ -218,9 +218,6 @@ async fn a_busy_jetstream_source_at_concurrency_one_is_stopped_and_releases_what
         .await
         .expect("a drained stop");
 
-    // Every delivery the server sent is settled: handled and acknowledged, or released. One
-    // left unsettled (a source aborted at the deadline, its pulled messages never released)
-    // would stay pending for the whole ack_wait.
     // Every delivery the server sent is settled: handled and acknowledged, or released
     // (`-NAK`). One left unsettled (a source aborted at the deadline, its pulled messages never
     // released) would be neither.

@@ -178,16 +178,10 @@ impl Decided for (Handled, Decision) {
     }
 }
 
-/// An inline call's: the handler and the delivery back, with its handling and decision.
-impl Decided
-    for (
-        ruststream::registration::InlineHandler,
-        ruststream::Delivery,
-        (Handled, Decision),
-    )
-{
+/// An inline call's: the delivery back with its handling and decision.
+impl Decided for (ruststream::Delivery, (Handled, Decision)) {
     fn each(&self) -> &[(Handled, Decision)] {
-        std::slice::from_ref(&self.2)
+        std::slice::from_ref(&self.1)
     }
 }
 

@@ -110,7 +110,7 @@ impl Source {
     pub(super) fn handle_inline(
         &self,
         shared: &Arc<Inline>,
-        handler: InlineHandler,
+        mut handler: InlineHandler,
         raw: RawMessage,
     ) -> impl Future<Output = InlineHandler> + Send + 'static {
         let Incoming {
@@ -120,7 +120,8 @@ impl Source {
         // Runs the user's tracing layers outside the handling's panic guard: it guards itself
         // (a panic there leaves the delivery without a span, not unsettled).
         let span = telemetry::delivery_span(&self.endpoint, &delivery);
-        let started = self.endpoint.start_inline(handler, delivery);
+        // `start_inline`'s contract: one call started, finished below before the next.
+        self.endpoint.start_inline(&mut handler, delivery);
         let shared = Arc::clone(shared);
         async move {
             let Inline {
@@ -128,8 +129,8 @@ impl Source {
                 executor,
                 progress,
             } = &*shared;
-            let dispatch = endpoint.finish_inline(started);
-            let (handler, delivery, (handled, decision)) =
+            let dispatch = endpoint.finish_inline(&mut handler);
+            let (delivery, (handled, decision)) =
                 telemetry::observed(&span, &executor.metrics, 1, dispatch).await;
             let incoming = Incoming {
                 delivery,

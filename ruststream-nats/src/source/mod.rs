@@ -352,15 +352,11 @@ impl Source {
     ) -> Result<Option<RawMessage>, Instant> {
         loop {
             let next = std::future::poll_fn(|cx| {
-                let look = match watch.has_changed() {
-                    Ok(false) => false,
-                    // Marked seen with the value read: a stop sent after this moves the
-                    // version again.
-                    Ok(true) => watch.borrow_and_update().is_some(),
-                    // The broker gone: the signal decides (it resolves at once).
-                    Err(_) => true,
-                };
-                if look && let Poll::Ready(deadline) = stopped.as_mut().poll(cx) {
+                // Changed (or the broker gone: the signal then resolves at once).
+                if watch.has_changed().unwrap_or(true)
+                    && stop_sent(watch)
+                    && let Poll::Ready(deadline) = stopped.as_mut().poll(cx)
+                {
                     return Poll::Ready(Err(deadline));
                 }
                 match self.messages.poll_next_unpin(cx) {
@@ -500,6 +496,15 @@ fn joined(registration: &str, result: Result<(), JoinError>) {
     {
         tracing::error!(registration, %err, "settling a delivery panicked");
     }
+}
+
+/// Whether `watch`'s value, read now, is a stop (or the broker is gone), marking its version
+/// seen: a stop sent after this moves the version again. Out of the busy loop's way: it runs
+/// once per change of the signal.
+#[cold]
+#[inline(never)]
+fn stop_sent(watch: &mut StopSignal) -> bool {
+    watch.has_changed().is_err() || watch.borrow_and_update().is_some()
 }
 
 /// Resolves with the drain deadline once the broker is stopping (at once when the broker is

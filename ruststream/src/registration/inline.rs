@@ -183,26 +183,6 @@ impl InlineHandler {
     }
 }
 
-/// A registration's [`InlineHandler`] with a call started on one delivery
-/// ([`Endpoint::start_inline`](super::Endpoint::start_inline)); only
-/// [`Endpoint::finish_inline`](super::Endpoint::finish_inline) takes it, and hands the handler
-/// back with the delivery. Dropping it drops the handler, and the call with its delivery.
-#[must_use = "the call runs only in `Endpoint::finish_inline`"]
-#[derive(Debug)]
-pub struct InlineStarted {
-    handler: InlineHandler,
-}
-
-impl InlineStarted {
-    pub(super) fn new(handler: InlineHandler) -> Self {
-        Self { handler }
-    }
-
-    pub(super) fn into_handler(self) -> InlineHandler {
-        self.handler
-    }
-}
-
 /// The handler's future for the delivery it runs on, if any: allocated once.
 trait InlineCall: Send {
     /// Makes the handler's future for `delivery` (replacing one that did not finish).

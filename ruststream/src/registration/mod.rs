@@ -36,7 +36,7 @@ pub use self::builder::Registration;
 pub use self::descriptor::{DeliverPolicy, Descriptor, DescriptorInfo, PrefixedSubject};
 pub use self::endpoint::Endpoint;
 pub use self::info::{RegistrationInfo, policy_notes};
-pub use self::inline::{InlineHandler, InlineStarted};
+pub use self::inline::InlineHandler;
 pub use self::lane_key::LaneKey;
 pub use self::mount::{BatchMarker, Is, Mount, SingleMarker, SubscriberFn, WithHandler};
 pub use self::policy::{OnFailure, Policy};
