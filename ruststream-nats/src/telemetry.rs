@@ -30,8 +30,10 @@
 
 use std::fmt;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use ruststream::__private::panic_message;
 use ruststream::registration::Handled;
 use ruststream::settle::{Decision, Settle};
 use ruststream::telemetry::{DeliveryLog, HandlerMetrics, Plain, outcome_label};
@@ -62,9 +64,7 @@ impl DeliverySpan {
             None => future.await,
         }
     }
-}
 
-impl DeliverySpan {
     /// Whether nothing listens: no subscriber wants the span and no delivery log is written,
     /// so what runs inside it needs neither (and is not wrapped, or moved, for them).
     pub(crate) fn is_quiet(&self) -> bool {
@@ -81,7 +81,28 @@ impl std::ops::Deref for DeliverySpan {
 }
 
 /// The span of one delivery, with the fields known before the handler runs.
+///
+/// Making it runs the subscriber's layers (`on_new_span`: the user's code). A panic there is
+/// caught and the delivery goes on without a span: it is already taken, and a panic out of here
+/// would leave it unsettled (a Core message lost, a JetStream one waiting for `ack_wait`). The
+/// guard costs nothing while nothing panics.
 pub(crate) fn delivery_span(endpoint: &Endpoint, delivery: &Delivery) -> DeliverySpan {
+    std::panic::catch_unwind(AssertUnwindSafe(|| span_and_log(endpoint, delivery))).unwrap_or_else(
+        |panic| {
+            tracing::error!(
+                registration = endpoint.name(),
+                panic = panic_message(&*panic),
+                "making the delivery's span panicked (in a tracing layer); the delivery is handled without it"
+            );
+            DeliverySpan {
+                span: tracing::Span::none(),
+                log: None,
+            }
+        },
+    )
+}
+
+fn span_and_log(endpoint: &Endpoint, delivery: &Delivery) -> DeliverySpan {
     let js = delivery.extension::<JetStreamInfo>();
     let log = DeliveryLog::wanted().then(|| DeliveryLog {
         subject: Arc::clone(delivery.subject_arc()),

@@ -117,7 +117,10 @@ impl Source {
             delivery,
             ack_subject,
         } = self.incoming(raw);
+        // Runs the user's tracing layers outside the handling's panic guard: it guards itself
+        // (a panic there leaves the delivery without a span, not unsettled).
         let span = telemetry::delivery_span(&self.endpoint, &delivery);
+        // `start_inline`'s contract: one call started, finished below before the next.
         self.endpoint.start_inline(&mut handler, delivery);
         let shared = Arc::clone(shared);
         async move {

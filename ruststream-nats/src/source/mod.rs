@@ -109,6 +109,10 @@ impl Source {
         // Set up once for the whole run, not once per message.
         let stopped = stopping(self.stop.clone());
         tokio::pin!(stopped);
+        // `first`'s own receiver: its versions are marked seen by `first` alone (see there),
+        // and it starts marked changed, so a stop sent before this run is looked at too.
+        let mut watch = self.stop.clone();
+        watch.mark_changed();
         // One handler at a time: it runs in this task, without a task or a permit per message.
         let inline = self.endpoint.policy().concurrency.get() == 1;
         // The inline handler's future lives here, allocated once for the run: each message's
@@ -140,7 +144,7 @@ impl Source {
                 };
                 Some(permit)
             };
-            let first = match self.first(stopped.as_mut()).await {
+            let first = match self.first(&mut watch, stopped.as_mut()).await {
                 Ok(first) => first,
                 Err(deadline) => break deadline,
             };
@@ -335,17 +339,22 @@ impl Source {
     /// is stopping: the stop is looked at first, as before each message.
     ///
     /// The stop signal is waited on only while no message is ready; with one ready, a look at
-    /// the signal's version (`has_changed`: an atomic load) tells whether it moved, so a busy
-    /// source does not poll the signal's future for every message.
+    /// `watch`'s version (`has_changed`: an atomic load) tells whether the signal moved, so a
+    /// busy source does not poll the signal's future for every message. At concurrency 1 with a
+    /// handler that finishes at once, this look is the only place a busy source notices the
+    /// stop (`finish` polls the handling first). So `watch` is `run`'s own receiver, used
+    /// nowhere else: a new version is marked seen here only after its value was read (a stop
+    /// is then acted on at once), and `run` marks it changed before the first look.
     async fn first(
         &mut self,
+        watch: &mut StopSignal,
         mut stopped: Pin<&mut impl Future<Output = Instant>>,
     ) -> Result<Option<RawMessage>, Instant> {
         loop {
             let next = std::future::poll_fn(|cx| {
-                // Changed (or the broker gone): the signal decides, as the biased `select!`
-                // this replaces did.
-                if self.stop.has_changed().unwrap_or(true)
+                // Changed (or the broker gone: the signal then resolves at once).
+                if watch.has_changed().unwrap_or(true)
+                    && stop_sent(watch)
                     && let Poll::Ready(deadline) = stopped.as_mut().poll(cx)
                 {
                     return Poll::Ready(Err(deadline));
@@ -487,6 +496,15 @@ fn joined(registration: &str, result: Result<(), JoinError>) {
     {
         tracing::error!(registration, %err, "settling a delivery panicked");
     }
+}
+
+/// Whether `watch`'s value, read now, is a stop (or the broker is gone), marking its version
+/// seen: a stop sent after this moves the version again. Out of the busy loop's way: it runs
+/// once per change of the signal.
+#[cold]
+#[inline(never)]
+fn stop_sent(watch: &mut StopSignal) -> bool {
+    watch.has_changed().is_err() || watch.borrow_and_update().is_some()
 }
 
 /// Resolves with the drain deadline once the broker is stopping (at once when the broker is

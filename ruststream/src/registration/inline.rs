@@ -80,7 +80,8 @@ impl<S: Send + Sync + 'static, C: SingleCall<S>> BindSingle<S> for C {
                     codec: bound.codec,
                 };
                 // Awaited as it is without a timeout: `limited`'s future would hold the call's
-                // and be moved with it.
+                // and be moved with it. The same timeout as `limited` (below, for
+                // `Endpoint::dispatch`): change both together.
                 let handled = match bound.timeout {
                     None => call.call(args).await,
                     Some(limit) => tokio::time::timeout(limit, call.call(args))
@@ -118,6 +119,10 @@ impl<S: Send + Sync + 'static, C: SingleCall<S>> SingleHandler for BoundCall<C, 
 }
 
 /// Runs `handling` within `timeout`; `Err(limit)` when it ran past it (and was cancelled).
+///
+/// `BindSingle::inline` (above) writes the same timeout out in its call, on purpose: this
+/// future, holding the handler's, would be moved with it for every delivery. Change both
+/// together.
 pub(super) async fn limited<T>(
     timeout: Option<Duration>,
     handling: impl Future<Output = T>,

@@ -179,7 +179,14 @@ impl Stream for CoreReading {
                     this.state =
                         CoreState::Stopped(futures::stream::unfold(reading, Reading::step).boxed());
                 }
-                CoreState::Stopped(rest) => return rest.poll_next_unpin(cx),
+                CoreState::Stopped(rest) => {
+                    let next = ready!(rest.poll_next_unpin(cx));
+                    if next.is_none() {
+                        // Ended for good: polled again, it says so (not the drained stream).
+                        this.state = CoreState::Ended;
+                    }
+                    return Poll::Ready(next);
+                }
                 CoreState::Ended => return Poll::Ready(None),
             }
         }
