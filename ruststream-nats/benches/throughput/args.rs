@@ -41,6 +41,12 @@ pub struct Args {
     /// `.subscription_capacity(..)`); async-nats's default (65 536) otherwise.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub subscription_capacity: Option<u64>,
+    /// The raw side labels its outputs as RustStream does: the header
+    /// `content-type: application/json` on the receipts of `js-reply`, `js-reply-stored` and
+    /// `request` (the event and the response), so both sides put the same bytes on the wire.
+    /// Unlabelled otherwise, as a hand-written loop usually is.
+    #[arg(long)]
+    pub raw_content_type: bool,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,

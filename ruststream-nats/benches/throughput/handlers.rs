@@ -99,6 +99,22 @@ impl Middleware for Noop {
 /// `--subscription-capacity`, set once before the rounds; both sides read it.
 pub static SUBSCRIPTION_CAPACITY: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 
+/// `--raw-content-type`: the raw side's outputs carry the `content-type` RustStream's do.
+pub static RAW_CONTENT_TYPE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// The headers the raw side sends with an output: none, or with `--raw-content-type` the
+/// `content-type` RustStream's outputs carry (a map made per message, as a service would).
+pub fn raw_labels() -> Option<async_nats::HeaderMap> {
+    RAW_CONTENT_TYPE
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .then(|| {
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("content-type", "application/json");
+            headers
+        })
+}
+
 /// The raw side's connection: async-nats's defaults, but for `--subscription-capacity`.
 pub async fn raw_client(url: &str) -> async_nats::Client {
     let mut options = async_nats::ConnectOptions::new();

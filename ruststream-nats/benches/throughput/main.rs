@@ -54,6 +54,9 @@ fn main() {
         let capacity = usize::try_from(capacity).expect("a capacity this machine can address");
         let _ = handlers::SUBSCRIPTION_CAPACITY.set(capacity);
     }
+    if args.raw_content_type {
+        handlers::RAW_CONTENT_TYPE.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     // Logs only when asked (`RUST_LOG=ruststream_nats=debug`): a subscriber costs per message.
     if std::env::var_os("RUST_LOG").is_some() {
         ruststream::app::cli::install_tracing();
@@ -102,6 +105,9 @@ async fn run(args: Args) {
     );
     if let Some(capacity) = handlers::SUBSCRIPTION_CAPACITY.get() {
         eprintln!("subscription capacity {capacity} on both sides (async-nats's default: 65536)");
+    }
+    if args.raw_content_type {
+        eprintln!("the raw side's outputs carry `content-type: application/json`, as RustStream's");
     }
 
     let mut rows = Vec::new();

@@ -14,7 +14,7 @@ use ruststream_nats::JetStreamSubject;
 
 use crate::args::{Scenario, Side};
 use crate::counter::{Counter, Record};
-use crate::handlers::{CountAck, CountBatch, Reply, app};
+use crate::handlers::{CountAck, CountBatch, Reply, app, raw_labels};
 use crate::payload::{
     CoreReceipt, Order, RECEIPTS_STREAM, Receipt, StoredReceipt, lane_key, payload,
 };
@@ -218,10 +218,15 @@ impl RawLoop {
             Work::Io => tokio::time::sleep(IO).await,
             Work::Reply => {
                 let body = encode(&CoreReceipt::for_order(&order));
-                self.client
-                    .publish(CoreReceipt::SUBJECT, body)
-                    .await
-                    .expect("the receipt is sent");
+                match raw_labels() {
+                    None => self.client.publish(CoreReceipt::SUBJECT, body).await,
+                    Some(headers) => {
+                        self.client
+                            .publish_with_headers(CoreReceipt::SUBJECT, headers, body)
+                            .await
+                    }
+                }
+                .expect("the receipt is sent");
             }
             Work::StoredReply => {
                 // The same work as RustStream's: a message id derived from the input, a stored
@@ -231,7 +236,7 @@ impl RawLoop {
                     "{}:{}:{}:0",
                     info.stream, info.stream_sequence, self.durable
                 );
-                let mut headers = async_nats::HeaderMap::new();
+                let mut headers = raw_labels().unwrap_or_default();
                 headers.insert("Nats-Msg-Id", id.as_str());
                 let body = encode(&StoredReceipt::for_order(&order));
                 self.context
