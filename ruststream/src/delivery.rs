@@ -142,8 +142,15 @@ impl fmt::Debug for Extensions {
 }
 
 /// One message as it arrived, with the facts the runtime and the extractors need.
-#[derive(Debug)]
-pub struct Delivery {
+///
+/// Its parts live in one heap block, so a delivery moves as a pointer: on its way from the
+/// wire to the handler's call and back to the settlement it is handed on by value about a dozen
+/// times, and at 168 bytes each hand-over was a `memcpy` call, which a sampling profile put at
+/// a tenth of a Core message's CPU time (`docs/benchmarks.md`, "Where the wall clock goes").
+pub struct Delivery(Box<Parts>);
+
+/// What a [`Delivery`] holds.
+struct Parts {
     subject: Arc<str>,
     payload: Bytes,
     headers: Headers,
@@ -159,7 +166,7 @@ impl Delivery {
     // whole in and out of each call.
     #[inline]
     pub fn new(subject: impl Into<Arc<str>>, payload: Bytes) -> Self {
-        Self {
+        Self(Box::new(Parts {
             subject: subject.into(),
             payload,
             headers: Headers::new(),
@@ -167,90 +174,113 @@ impl Delivery {
             delivered: None,
             attempt: NonZeroU32::MIN,
             extensions: Extensions::default(),
-        }
+        }))
     }
 
     /// Sets the headers.
     #[inline]
     pub fn with_headers(mut self, headers: Headers) -> Self {
-        self.headers = headers;
+        self.0.headers = headers;
         self
     }
 
     /// Sets the reply subject the publisher asked for.
     #[inline]
     pub fn with_reply(mut self, reply: Option<Arc<str>>) -> Self {
-        self.reply = reply;
+        self.0.reply = reply;
         self
     }
 
     /// Sets the server's delivery count (JetStream).
     #[inline]
     pub fn with_delivered(mut self, delivered: Option<u64>) -> Self {
-        self.delivered = delivered;
+        self.0.delivered = delivered;
         self
     }
 
     /// Sets the attempt number the cap counts.
     #[inline]
     pub fn with_attempt(mut self, attempt: NonZeroU32) -> Self {
-        self.attempt = attempt;
+        self.0.attempt = attempt;
         self
     }
 
     /// The subject the message arrived on.
     pub fn subject(&self) -> &str {
-        &self.subject
+        &self.0.subject
     }
 
     /// The subject as a shared string.
     pub fn subject_arc(&self) -> &Arc<str> {
-        &self.subject
+        &self.0.subject
     }
 
     /// The payload bytes, as they arrived.
     pub fn payload(&self) -> &Bytes {
-        &self.payload
+        &self.0.payload
     }
 
     /// The headers, as they arrived.
     pub fn headers(&self) -> &Headers {
-        &self.headers
+        &self.0.headers
     }
 
     /// The reply subject the publisher asked for, if any.
     pub fn reply(&self) -> Option<&str> {
-        self.reply.as_deref()
+        self.0.reply.as_deref()
     }
 
     /// The reply subject as a shared string, if any.
     pub fn reply_arc(&self) -> Option<&Arc<str>> {
-        self.reply.as_ref()
+        self.0.reply.as_ref()
     }
 
     /// The server's delivery count: `Some(1)` on a first JetStream delivery, `None` on Core.
     pub fn delivered(&self) -> Option<u64> {
-        self.delivered
+        self.0.delivered
     }
 
     /// The attempt number the cap counts; the first delivery is 1.
     pub fn attempt(&self) -> NonZeroU32 {
-        self.attempt
+        self.0.attempt
     }
 
     /// The broker's typed extras.
     pub fn extensions(&self) -> &Extensions {
-        &self.extensions
+        &self.0.extensions
     }
 
     /// The broker's typed extras, to add to.
     pub fn extensions_mut(&mut self) -> &mut Extensions {
-        &mut self.extensions
+        &mut self.0.extensions
     }
 
     /// One typed extra.
     pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.extensions.get()
+        self.0.extensions.get()
+    }
+}
+
+impl fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Parts {
+            subject,
+            payload,
+            headers,
+            reply,
+            delivered,
+            attempt,
+            extensions,
+        } = &*self.0;
+        f.debug_struct("Delivery")
+            .field("subject", subject)
+            .field("payload", payload)
+            .field("headers", headers)
+            .field("reply", reply)
+            .field("delivered", delivered)
+            .field("attempt", attempt)
+            .field("extensions", extensions)
+            .finish()
     }
 }
 
