@@ -17,7 +17,6 @@ use crate::JetStreamInfo;
 use crate::executor::{Executor, Incoming};
 use crate::publish::NatsPublisher;
 use crate::telemetry;
-use crate::transport::RawMessage;
 
 impl Source {
     /// Runs the handler on `unit` and executes the decisions.
@@ -111,12 +110,12 @@ impl Source {
         &self,
         shared: &Arc<Inline>,
         mut handler: InlineHandler,
-        raw: RawMessage,
+        incoming: Incoming,
     ) -> impl Future<Output = InlineHandler> + Send + 'static {
         let Incoming {
             delivery,
             ack_subject,
-        } = self.incoming(raw);
+        } = incoming;
         // Runs the user's tracing layers outside the handling's panic guard: it guards itself
         // (a panic there leaves the delivery without a span, not unsettled).
         let span = telemetry::delivery_span(&self.endpoint, &delivery);
