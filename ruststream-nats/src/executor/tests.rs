@@ -251,3 +251,11 @@ fn executor_facts(incoming: &Incoming) -> Facts {
         .with_cap(NonZeroU32::new(2).expect("two"))
         .with_copy_target()
 }
+
+/// An `Incoming` moves in registers (its delivery is boxed): it crosses the source's poll, the
+/// handling and the settlement by value (`docs/benchmarks.md`, the fifth pass).
+#[test]
+fn an_incoming_is_small() {
+    let size = size_of::<super::Incoming>();
+    assert!(size <= 64, "{size} bytes");
+}
