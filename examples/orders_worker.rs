@@ -10,7 +10,8 @@
 // ```
 //
 // `NATS_URL` lists the servers (default `nats://localhost:4222`); `HOSTNAME` names the
-// instance in its answers (a container's hostname, `local` when unset). The stream `ORDERS`
+// instance in its answers (a container's hostname, `local` when unset); `ORDERS_FULFIL_MS`
+// makes each fulfilment take that long (simulated I/O; none by default). The stream `ORDERS`
 // (storing `orders.placed`) is created by the operator, with the replicas the cluster needs.
 //
 // The twin without macros is `examples/manual/orders_worker.rs`.
@@ -63,6 +64,7 @@ async fn fulfil(
     order: &Order,
     State(instance): State<Instance>,
 ) -> Result<Fulfilled, HandlerOutcome> {
+    instance.fulfil().await;
     Ok(Fulfilled {
         order: order.id,
         by: instance.name().to_owned(),
@@ -103,18 +105,36 @@ struct Worker {
 
 /// Which instance this is: its `HOSTNAME`, `local` when unset.
 #[derive(Clone, Debug)]
-struct Instance(Arc<str>);
+struct Instance {
+    name: Arc<str>,
+    /// How long a fulfilment takes: `ORDERS_FULFIL_MS` milliseconds of simulated I/O (a stock
+    /// reservation, say), none when unset. The scale tests set it so that an instance always
+    /// holds orders in flight when one is killed mid-run.
+    fulfil_for: std::time::Duration,
+}
 
 impl Instance {
     fn from_env() -> Self {
-        Self(
-            std::env::var("HOSTNAME")
+        let fulfil_ms = std::env::var("ORDERS_FULFIL_MS")
+            .ok()
+            .and_then(|ms| ms.trim().parse().ok())
+            .unwrap_or(0);
+        Self {
+            name: std::env::var("HOSTNAME")
                 .unwrap_or_else(|_| "local".to_owned())
                 .into(),
-        )
+            fulfil_for: std::time::Duration::from_millis(fulfil_ms),
+        }
     }
 
     fn name(&self) -> &str {
-        &self.0
+        &self.name
+    }
+
+    /// The simulated I/O of one fulfilment.
+    async fn fulfil(&self) {
+        if !self.fulfil_for.is_zero() {
+            tokio::time::sleep(self.fulfil_for).await;
+        }
     }
 }

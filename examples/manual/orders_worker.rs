@@ -51,6 +51,7 @@ impl Handle<Order, Publisher<Fulfilled>, Worker> for Fulfil {
         let Some(worker) = ctx.state::<Worker>() else {
             return Err(HandlerOutcome::retry());
         };
+        worker.instance.fulfil().await;
         let fulfilled = Fulfilled {
             order: order.id,
             by: worker.instance.name().to_owned(),
@@ -117,18 +118,36 @@ struct Worker {
 }
 
 #[derive(Clone, Debug)]
-struct Instance(Arc<str>);
+struct Instance {
+    name: Arc<str>,
+    /// How long a fulfilment takes: `ORDERS_FULFIL_MS` milliseconds of simulated I/O (a stock
+    /// reservation, say), none when unset. The scale tests set it so that an instance always
+    /// holds orders in flight when one is killed mid-run.
+    fulfil_for: std::time::Duration,
+}
 
 impl Instance {
     fn from_env() -> Self {
-        Self(
-            std::env::var("HOSTNAME")
+        let fulfil_ms = std::env::var("ORDERS_FULFIL_MS")
+            .ok()
+            .and_then(|ms| ms.trim().parse().ok())
+            .unwrap_or(0);
+        Self {
+            name: std::env::var("HOSTNAME")
                 .unwrap_or_else(|_| "local".to_owned())
                 .into(),
-        )
+            fulfil_for: std::time::Duration::from_millis(fulfil_ms),
+        }
     }
 
     fn name(&self) -> &str {
-        &self.0
+        &self.name
+    }
+
+    /// The simulated I/O of one fulfilment.
+    async fn fulfil(&self) {
+        if !self.fulfil_for.is_zero() {
+            tokio::time::sleep(self.fulfil_for).await;
+        }
     }
 }

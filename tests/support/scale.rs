@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt as _;
 use ruststream_test_server::NatsServer;
-use ruststream_test_server::cluster::{NatsCluster, free_port, monitor_json};
+use ruststream_test_server::cluster::{NatsCluster, free_port, monitor_json, retry_taken_ports};
 use ruststream_test_server::service_process::ServiceProcess;
 
 /// How long a fail-over (a new leader, a reconnect, an ack_wait expiry) may take before a test
@@ -30,11 +30,14 @@ pub async fn orders_server() -> (
     Tally,
 ) {
     println!("running against {}", NatsServer::version());
-    let monitor = free_port();
-    let server = NatsServer::builder()
-        .arg("-m")
-        .arg(monitor.to_string())
-        .start();
+    let (server, monitor) = retry_taken_ports(|| {
+        let monitor = free_port();
+        NatsServer::builder()
+            .arg("-m")
+            .arg(monitor.to_string())
+            .try_start()
+            .map(|server| (server, monitor))
+    });
     let client = async_nats::connect(server.url())
         .await
         .expect("the client connects");
@@ -240,7 +243,14 @@ impl Worker {
         let binary = ServiceProcess::example(WORKER_EXAMPLE);
         let process = ServiceProcess::spawn(
             &binary,
-            &[("NATS_URL", url), ("HOSTNAME", name), ("RUST_LOG", "warn")],
+            // 5 ms a fulfilment: each instance has its 16 handlers in flight throughout a run,
+            // so one killed mid-run always held orders (`scale_instances`).
+            &[
+                ("NATS_URL", url),
+                ("HOSTNAME", name),
+                ("RUST_LOG", "warn"),
+                ("ORDERS_FULFIL_MS", "5"),
+            ],
         );
         Self {
             name: name.to_owned(),

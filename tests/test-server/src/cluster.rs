@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::NatsServer;
+use crate::{NatsServer, StartError};
 
 /// The cluster's name (`cluster { name }`).
 pub const CLUSTER_NAME: &str = "ruststream-test";
@@ -54,6 +54,13 @@ impl NatsCluster {
     /// If a node does not start (see [`crate::Builder::start`]) or no leader is elected within 30
     /// seconds; the message has every node's log.
     pub fn start() -> Self {
+        let cluster = retry_taken_ports(Self::try_start_nodes);
+        cluster.wait_until_healthy();
+        cluster
+    }
+
+    /// Starts the three nodes on ports chosen now; the error of the first that did not start.
+    fn try_start_nodes() -> Result<Self, StartError> {
         // Hold every listener until all ports are chosen, so no two are the same.
         let listeners: Vec<TcpListener> = (0..NODES * 2)
             .map(|_| {
@@ -87,16 +94,14 @@ impl NatsCluster {
                     monitor = monitor_ports[i],
                     route = route_ports[i],
                 );
-                NatsServer::builder().config(config).start()
+                NatsServer::builder().config(config).try_start()
             })
-            .collect();
-        let cluster = Self {
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
             nodes,
             names,
             monitor_ports: monitor_ports.to_vec(),
-        };
-        cluster.wait_until_healthy();
-        cluster
+        })
     }
 
     /// The client URL listing every node, comma-separated (what `NatsBroker::new` and
@@ -276,7 +281,39 @@ impl NatsCluster {
     }
 }
 
-/// A loopback port nothing listens on now (for a server's `-m` monitoring port, say).
+/// How many times [`retry_taken_ports`] starts again.
+const PORT_TRIES: usize = 5;
+
+/// Runs `start` until it does not fail for a port that was taken, at most five times: a port
+/// chosen free ([`free_port`], or a listener bound to port 0 and dropped) can be taken before
+/// the server binds it, by another test's server or by any outgoing connection (the kernel
+/// hands out ephemeral ports from the same range). Seen in CI: a cluster node's monitoring
+/// port, `bind: address already in use`.
+///
+/// # Panics
+///
+/// On any other failure of `start`, or when every try found a port taken; the message is the
+/// last failure's (with the server's log).
+pub fn retry_taken_ports<T>(mut start: impl FnMut() -> Result<T, StartError>) -> T {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match start() {
+            Ok(started) => return started,
+            Err(err)
+                if tries < PORT_TRIES && err.to_string().contains("address already in use") =>
+            {
+                eprintln!(
+                    "nats-server test support: a port was taken before the server bound it; starting again with new ports"
+                );
+            }
+            Err(err) => panic!("{err}"),
+        }
+    }
+}
+
+/// A loopback port nothing listens on now (for a server's `-m` monitoring port, say). It can be
+/// taken before it is used: start the server through [`retry_taken_ports`].
 ///
 /// # Panics
 ///
