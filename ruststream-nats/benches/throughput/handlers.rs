@@ -103,6 +103,19 @@ pub static SUBSCRIPTION_CAPACITY: std::sync::OnceLock<usize> = std::sync::OnceLo
 pub static RAW_CONTENT_TYPE: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
+/// A raw Core publish of an output: without headers, or with `--raw-content-type` with the
+/// `content-type` RustStream's outputs carry ([`raw_labels`]).
+pub async fn raw_publish(
+    client: &async_nats::Client,
+    subject: impl async_nats::subject::ToSubject,
+    body: bytes::Bytes,
+) -> Result<(), async_nats::client::PublishError> {
+    match raw_labels() {
+        None => client.publish(subject, body).await,
+        Some(headers) => client.publish_with_headers(subject, headers, body).await,
+    }
+}
+
 /// The headers the raw side sends with an output: none, or with `--raw-content-type` the
 /// `content-type` RustStream's outputs carry (a map made per message, as a service would).
 pub fn raw_labels() -> Option<async_nats::HeaderMap> {

@@ -14,7 +14,7 @@ use ruststream_nats::JetStreamSubject;
 
 use crate::args::{Scenario, Side};
 use crate::counter::{Counter, Record};
-use crate::handlers::{CountAck, CountBatch, Reply, app, raw_labels};
+use crate::handlers::{CountAck, CountBatch, Reply, app, raw_labels, raw_publish};
 use crate::payload::{
     CoreReceipt, Order, RECEIPTS_STREAM, Receipt, StoredReceipt, lane_key, payload,
 };
@@ -218,15 +218,9 @@ impl RawLoop {
             Work::Io => tokio::time::sleep(IO).await,
             Work::Reply => {
                 let body = encode(&CoreReceipt::for_order(&order));
-                match raw_labels() {
-                    None => self.client.publish(CoreReceipt::SUBJECT, body).await,
-                    Some(headers) => {
-                        self.client
-                            .publish_with_headers(CoreReceipt::SUBJECT, headers, body)
-                            .await
-                    }
-                }
-                .expect("the receipt is sent");
+                raw_publish(&self.client, CoreReceipt::SUBJECT, body)
+                    .await
+                    .expect("the receipt is sent");
             }
             Work::StoredReply => {
                 // The same work as RustStream's: a message id derived from the input, a stored

@@ -11,7 +11,7 @@ use ruststream::{App as _, Env, Outgoing};
 
 use crate::args::Side;
 use crate::counter::{Counter, Record, Sample};
-use crate::handlers::{app, raw_labels};
+use crate::handlers::{app, raw_publish};
 use crate::payload::{Answered, Order, answer, order, payload};
 use crate::publish::{join, off_the_books, round_trip};
 use crate::report::{Row, by_side};
@@ -35,32 +35,11 @@ async fn round(side: Side, url: &str, n: u64) -> Sample {
                         accepted: true,
                     };
                     let body = Bytes::from(serde_json::to_vec(&answered).expect("encodes"));
-                    match raw_labels() {
-                        None => {
-                            client
-                                .publish(Answered::SUBJECT, body.clone())
-                                .await
-                                .expect("the event is sent");
-                            if let Some(inbox) = request.reply {
-                                client.publish(inbox, body).await.expect("answered");
-                            }
-                        }
-                        Some(headers) => {
-                            client
-                                .publish_with_headers(
-                                    Answered::SUBJECT,
-                                    headers.clone(),
-                                    body.clone(),
-                                )
-                                .await
-                                .expect("the event is sent");
-                            if let Some(inbox) = request.reply {
-                                client
-                                    .publish_with_headers(inbox, headers, body)
-                                    .await
-                                    .expect("answered");
-                            }
-                        }
+                    raw_publish(&client, Answered::SUBJECT, body.clone())
+                        .await
+                        .expect("the event is sent");
+                    if let Some(inbox) = request.reply {
+                        raw_publish(&client, inbox, body).await.expect("answered");
                     }
                 }
             });
