@@ -23,6 +23,8 @@ mod settings;
 mod source;
 mod subject;
 mod telemetry;
+#[cfg(test)]
+mod test_metrics;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod transport;

@@ -332,69 +332,6 @@ async fn a_stream_gone_since_learned_publishes_the_output_on_core_then_the_respo
     assert_eq!(sent[1].1, sent[2].1);
 }
 
-/// Counts `ruststream_published_total{subject_kind="core"}`.
-#[derive(Default)]
-struct CoreCount(Arc<std::sync::atomic::AtomicU64>);
-
-impl metrics::CounterFn for CoreCount {
-    fn increment(&self, value: u64) {
-        self.0
-            .fetch_add(value, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    fn absolute(&self, value: u64) {
-        self.0.store(value, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-impl metrics::Recorder for CoreCount {
-    fn describe_counter(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_gauge(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_histogram(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-
-    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        let core = key.name() == "ruststream_published_total"
-            && key
-                .labels()
-                .any(|label| label.key() == "subject_kind" && label.value() == "core");
-        if core {
-            metrics::Counter::from_arc(Arc::new(CoreCount(Arc::clone(&self.0))))
-        } else {
-            metrics::Counter::noop()
-        }
-    }
-
-    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-        metrics::Gauge::noop()
-    }
-
-    fn register_histogram(
-        &self,
-        _: &metrics::Key,
-        _: &metrics::Metadata<'_>,
-    ) -> metrics::Histogram {
-        metrics::Histogram::noop()
-    }
-}
-
 #[test]
 fn an_output_failing_after_its_response_is_the_error_and_the_response_is_counted() {
     let (wire, publisher) = failing_publisher(
@@ -402,7 +339,10 @@ fn an_output_failing_after_its_response_is_the_error_and_the_response_is_counted
         Some("answered"),
     );
     let input = request_input();
-    let recorder = CoreCount::default();
+    let recorder = crate::test_metrics::Capture::counter(
+        "ruststream_published_total",
+        Some(("subject_kind", "core")),
+    );
     let err = metrics::with_local_recorder(&recorder, || {
         futures::executor::block_on(publisher.publish_encoded(encoded("answered", &input)))
     })
@@ -411,7 +351,7 @@ fn an_output_failing_after_its_response_is_the_error_and_the_response_is_counted
     assert_eq!(err.subject(), "answered", "{err}");
     assert_eq!(wire.subjects(), ["core _INBOX.r.1"]);
     assert_eq!(
-        recorder.0.load(std::sync::atomic::Ordering::Relaxed),
+        recorder.counted(),
         1,
         "the response went out and is counted"
     );

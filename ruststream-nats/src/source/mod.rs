@@ -103,6 +103,7 @@ impl Source {
     /// deadline (abandoned, their deliveries unsettled).
     pub(crate) async fn run(mut self) -> usize {
         let model = self.endpoint.info().descriptor.model;
+        crate::telemetry::warm_clock();
         let permits = Arc::new(Semaphore::new(self.endpoint.policy().concurrency.get()));
         let mut tasks = JoinSet::new();
         let mut ended = false;
