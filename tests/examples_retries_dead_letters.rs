@@ -427,8 +427,11 @@ macro_rules! retries_scenarios {
                 let mut live = Live::run(app()).await;
                 let start = Instant::now();
                 live.publish("audit.orders", &event(5, "export")).await;
-                live.until("written on the copy", |l| {
+                // The copy reaches the handler and the test's own subscription separately:
+                // wait for both before reading what the wire carried.
+                live.until("written on the copy, and the copy seen on the wire", |l| {
                     l.recorder().outcomes("audit").len() == 2
+                        && !l.messages("audit.retry").is_empty()
                 })
                 .await;
                 assert!(start.elapsed() >= AUDIT_BACKOFF - Duration::from_millis(100));
