@@ -3,8 +3,8 @@
 //! cap, the undecodable payload, a failed dead letter), for both delivery models, every attempt
 //! around the cap, with and without a dead-letter subject and a copy target, allocates nothing.
 //!
-//! The allocator counts the allocations of the thread that asks, so the other tests of this
-//! binary (none today) and the harness's threads do not disturb the count.
+//! The allocator counts the allocations of the thread that asks, so the binary's other test
+//! (which runs on a thread of its own) and the harness's threads do not disturb the count.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
