@@ -39,21 +39,34 @@ async fn a_stop_releases_the_messages_in_transit_at_once() {
 
     // The orders flow without a pause (at most 400 ahead of the handler), so the instance
     // always has pull requests being answered (messages on their way to it) when it stops.
+    // No new batch starts while an instance stops, until the server has dropped the stopped
+    // instance's pull requests (a batch under way finishes): a message published in the
+    // instant between the end of the stop's taking in and the server learning that the inbox
+    // closed would reach nobody, the gap docs/guarantees.md names ("Known limits"). It opened
+    // once in CI, on a machine busy building, and is not what this test measures.
     let handler = Scripted::always(HandlerOutcome::ack());
     let flowing = Arc::new(AtomicBool::new(true));
+    let stopping = Arc::new(AtomicBool::new(false));
     let publisher = tokio::spawn({
         let js = js.clone();
         let flowing = Arc::clone(&flowing);
+        let stopping = Arc::clone(&stopping);
         let handler = handler.clone();
         async move {
             let mut next = 1;
             while flowing.load(Ordering::SeqCst) {
+                if stopping.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
+                }
                 publish_orders(&js, "orders.created", next..=next + 99).await;
                 next += 100;
                 let ahead = (next - 1).saturating_sub(400) as usize;
                 // Until the flow stops: between two instances nobody handles.
                 eventually(PATIENCE * 3, "the instances keep up", || {
-                    let done = handler.seen().len() >= ahead || !flowing.load(Ordering::SeqCst);
+                    let done = handler.seen().len() >= ahead
+                        || !flowing.load(Ordering::SeqCst)
+                        || stopping.load(Ordering::SeqCst);
                     async move { done.then_some(()) }
                 })
                 .await;
@@ -91,7 +104,17 @@ async fn a_stop_releases_the_messages_in_transit_at_once() {
         }
         // Pulling at full speed: a few hundred orders handled by this instance.
         handler.until_seen(before + 300).await;
+        stopping.store(true, Ordering::SeqCst);
         running.stop().await.expect("a drained stop");
+        // The stopped instance's requests are gone from the server once it saw the inbox close.
+        consumer_until(
+            &js,
+            STREAM,
+            CONSUMER,
+            "no pull request of the stopped instance waiting",
+            |i| i.num_waiting == 0,
+        )
+        .await;
         let info = consumer_info(&js, STREAM, CONSUMER).await;
         let last = js
             .get_stream(STREAM)
@@ -108,6 +131,9 @@ async fn a_stop_releases_the_messages_in_transit_at_once() {
             info.num_ack_pending
         );
         stopped_at = Some(last);
+        if stop < STOPS {
+            stopping.store(false, Ordering::SeqCst);
+        }
     }
 
     flowing.store(false, Ordering::SeqCst);

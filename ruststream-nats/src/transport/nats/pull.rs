@@ -74,9 +74,12 @@
 //! inbox open for a round trip to the server, after which everything the server wrote before
 //! has arrived, and then for what the requests still waiting bring, until they asked for no
 //! more, nothing came for [`STOP_QUIET`], or [`STOP_WAIT`] passed. It hands all of it over (the
-//! runtime releases each with `-NAK`), and the inbox closes with the puller: the server drops
-//! requests whose inbox nobody listens to. Releasing only after the inbox closed matters: a
-//! message released while a request of ours still waits would be sent straight back to us.
+//! runtime releases each with `-NAK`) once the inbox is closed: the server drops requests
+//! whose inbox nobody listens to. Releasing only after the inbox closed matters: a message
+//! released while a request of ours still waits would be sent straight back to us. With
+//! requests of ours still waiting, a consumer info comes first ([`Puller::close`]): nats-server
+//! 2.9 lost a released delivery that met only a dead request (until `ack_wait`), and answering
+//! the info makes it drop the dead ones.
 //!
 //! # A fresh request before the last one expires
 //!
@@ -473,6 +476,40 @@ impl Puller {
             "the pull stopped"
         );
         held
+    }
+
+    /// Closes the inbox after [`stop`](Self::stop). When deliveries are to be released
+    /// (`releasing`) and requests of ours may still wait on the server, it then asks for the
+    /// consumer's info, on the same connection, before handing the deliveries over: answering
+    /// it, the server drops the requests whose inbox nobody listens to any more. nats-server
+    /// 2.9 needs it: a released delivery that comes up while the only waiting request is a dead
+    /// one of ours is dropped with the request, and its stream cursor stepped back as if the
+    /// message were new (fixed in later servers), so the delivery waited for `ack_wait` before
+    /// anyone got it again.
+    pub(crate) async fn close(mut self: Box<Self>, releasing: bool) {
+        // Written to the connection before the info request below (one command queue, in
+        // order); the `Drop` of the subscriber only tries once.
+        if let Err(err) = self.subscriber.unsubscribe().await {
+            tracing::debug!(consumer = %self.consumer, %err, "closing the inbox");
+        }
+        if !releasing || self.outstanding == 0 || !self.online() {
+            return;
+        }
+        let js = async_nats::jetstream::new(self.client.clone());
+        let info = js
+            .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+                &*self.consumer,
+                &*self.stream,
+            );
+        match tokio::time::timeout(STOP_WAIT, info).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => {
+                tracing::debug!(consumer = %self.consumer, %err, "asking for the consumer's info after the stop");
+            }
+            Err(_) => {
+                tracing::debug!(consumer = %self.consumer, "no answer to the consumer info after the stop");
+            }
+        }
     }
 
     /// Whether the consumer (or its stream) is gone, as the server says: the error that ends the

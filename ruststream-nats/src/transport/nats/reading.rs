@@ -250,7 +250,11 @@ struct Stepped {
 
 impl PullState {
     fn stopping(mut puller: Box<Puller>) -> Self {
-        Self::Stopping(Box::pin(async move { puller.stop().await }))
+        Self::Stopping(Box::pin(async move {
+            let held = puller.stop().await;
+            puller.close(!held.is_empty()).await;
+            held
+        }))
     }
 }
 
