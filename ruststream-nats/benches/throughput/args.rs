@@ -7,7 +7,7 @@ use clap::{Parser, ValueEnum};
 #[derive(Debug, Clone, Parser)]
 #[command(name = "throughput")]
 pub struct Args {
-    /// Rounds per side (each scenario runs raw, ours, raw, ours, ...).
+    /// Rounds per side (each scenario runs raw, ours, then ours, raw, and so on).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
     pub rounds: u16,
     /// Messages per round (each scenario's default otherwise).
@@ -47,6 +47,11 @@ pub struct Args {
     /// Unlabelled otherwise, as a hand-written loop usually is.
     #[arg(long)]
     pub raw_content_type: bool,
+    /// Both columns run the raw side (an A/A run): the ratio printed is then what the harness
+    /// reads between two runs of the same code, the margin within which a RustStream / raw
+    /// ratio of the same scenario and rounds says nothing.
+    #[arg(long)]
+    pub raw_against_raw: bool,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,

@@ -13,7 +13,7 @@
 //! The program starts its own nats-server (`ruststream_test_server`), and for each scenario
 //! runs the raw async-nats loop and the RustStream service doing the same work (decode a
 //! 512-byte JSON payload into the same struct, count it, settle it), interleaved round by round
-//! (raw, ours, raw, ours, ...). It prints markdown tables: messages per second (median of the
+//! and counterbalanced (raw, ours, ours, raw, raw, ours, ...). It prints markdown tables: messages per second (median of the
 //! rounds, and the spread min–max), the ratio RustStream / raw of the medians, and the heap
 //! allocations per message in the measured window (a counting global allocator; the publisher
 //! runs on a thread whose allocations are not counted); messages lost in the unthrottled
@@ -56,6 +56,9 @@ fn main() {
     }
     if args.raw_content_type {
         handlers::RAW_CONTENT_TYPE.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    if args.raw_against_raw {
+        report::RAW_AGAINST_RAW.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     // Logs only when asked (`RUST_LOG=ruststream_nats=debug`): a subscriber costs per message.
     if std::env::var_os("RUST_LOG").is_some() {
@@ -108,6 +111,9 @@ async fn run(args: Args) {
     }
     if args.raw_content_type {
         eprintln!("the raw side's outputs carry `content-type: application/json`, as RustStream's");
+    }
+    if args.raw_against_raw {
+        eprintln!("raw against raw: the RustStream column runs the raw side (an A/A run)");
     }
 
     let mut rows = Vec::new();

@@ -5,8 +5,12 @@ use std::future::Future;
 use crate::args::Side;
 use crate::counter::{Burst, Sample};
 
-/// Runs `round` for each of `variants`, `rounds` times, interleaved (a, b, a, b, ...); the
-/// results per variant, in the order of `variants`. The one round runner every scenario uses.
+/// Runs `round` for each of `variants`, `rounds` times, interleaved and counterbalanced: the
+/// even rounds in the order of `variants`, the odd ones in the reverse order (a, b, b, a, a,
+/// b, ...), so that no variant always runs first or always right after another (a machine
+/// that warms up or slows down within a pair, a server whose state grows round by round, would
+/// otherwise favour one side every time). The results per variant, in the order of
+/// `variants`, each variant's in the order they ran. The one round runner every scenario uses.
 pub async fn interleaved<V, F, Fut, T>(rounds: u16, variants: &[V], mut round: F) -> Vec<Vec<T>>
 where
     V: Copy,
@@ -15,11 +19,18 @@ where
 {
     let mut results: Vec<Vec<T>> = variants.iter().map(|_| Vec::new()).collect();
     for i in 0..rounds {
-        for (slot, &variant) in results.iter_mut().zip(variants) {
-            slot.push(round(variant, i).await);
+        for at in run_order(variants.len(), i) {
+            results[at].push(round(variants[at], i).await);
         }
     }
     results
+}
+
+/// The order round `round` runs `count` variants in: as given on even rounds, reversed on odd
+/// ones.
+fn run_order(count: usize, round: u16) -> impl Iterator<Item = usize> {
+    let reversed = round % 2 == 1;
+    (0..count).map(move |at| if reversed { count - 1 - at } else { at })
 }
 
 /// The rounds of both sides of one scenario; a side not run (`--side`) has none.
@@ -28,12 +39,19 @@ pub struct Sides<T> {
     pub ours: Vec<T>,
 }
 
-/// [`interleaved`] over `sides` (both, or the one `--side` names).
-pub async fn by_side<F, Fut, T>(rounds: u16, sides: &[Side], round: F) -> Sides<T>
+/// `--raw-against-raw`: the RustStream column runs the raw side too.
+pub static RAW_AGAINST_RAW: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// [`interleaved`] over `sides` (both, or the one `--side` names). With
+/// [`RAW_AGAINST_RAW`], the RustStream column's rounds run the raw side as well.
+pub async fn by_side<F, Fut, T>(rounds: u16, sides: &[Side], mut round: F) -> Sides<T>
 where
     F: FnMut(Side, u16) -> Fut,
     Fut: Future<Output = T>,
 {
+    let raw_twice = RAW_AGAINST_RAW.load(std::sync::atomic::Ordering::Relaxed);
+    let round = move |side, index| round(if raw_twice { Side::Raw } else { side }, index);
     let mut results = interleaved(rounds, sides, round).await.into_iter();
     let mut raw = Vec::new();
     let mut ours = Vec::new();
