@@ -81,7 +81,13 @@ fn main() {
         .enable_all()
         .build()
         .expect("a runtime");
+    // `--messages` as the scenarios count it (`--quick` takes a tenth).
+    let messages = args.messages.map(|n| args.messages(n));
     runtime.block_on(run(args));
+    #[cfg(tokio_unstable)]
+    report::runtime_counters(&runtime.metrics(), messages);
+    #[cfg(not(tokio_unstable))]
+    let _ = messages;
 }
 
 async fn run(args: Args) {

@@ -278,3 +278,43 @@ impl LatencyRow {
         );
     }
 }
+
+/// What the runtime's workers did over the whole run, per message when `--messages` was given:
+/// wake-ups, tasks scheduled, stolen and scheduled from outside, busy time. Read with one
+/// `--scenario` and one `--side`: it counts everything the process ran. Built only with
+/// `RUSTFLAGS="--cfg tokio_unstable"` (docs/benchmarks.md, "Profiling").
+#[cfg(tokio_unstable)]
+pub fn runtime_counters(metrics: &tokio::runtime::RuntimeMetrics, messages: Option<u64>) {
+    let workers = metrics.num_workers();
+    let sum = |count: &dyn Fn(usize) -> u64| (0..workers).map(count).sum::<u64>();
+    let parks = sum(&|w| metrics.worker_park_count(w));
+    let scheduled = sum(&|w| metrics.worker_local_schedule_count(w));
+    let steals = sum(&|w| metrics.worker_steal_count(w));
+    let busy: std::time::Duration = (0..workers)
+        .map(|w| metrics.worker_total_busy_duration(w))
+        .sum();
+    eprintln!(
+        "runtime counters: {workers} workers; parks {parks}, local schedules {scheduled}, steals {steals}, remote schedules {}, forced yields {}, busy {busy:?}",
+        metrics.remote_schedule_count(),
+        metrics.budget_forced_yield_count(),
+    );
+    for w in 0..workers {
+        eprintln!(
+            "  worker {w}: polls {}, parks {}, local schedules {}, steals {}, busy {:?}",
+            metrics.worker_poll_count(w),
+            metrics.worker_park_count(w),
+            metrics.worker_local_schedule_count(w),
+            metrics.worker_steal_count(w),
+            metrics.worker_total_busy_duration(w),
+        );
+    }
+    if let Some(n) = messages.filter(|&n| n > 0) {
+        let per = |count: u64| count as f64 / n as f64;
+        eprintln!(
+            "  per message ({n}): parks {:.2}, local schedules {:.2}, busy {:.2} us",
+            per(parks),
+            per(scheduled),
+            busy.as_secs_f64() * 1e6 / n as f64,
+        );
+    }
+}
