@@ -253,7 +253,7 @@ impl RawLoop {
                 let mut batches = messages.ready_chunks(size.get());
                 while let Some(batch) = batches.next().await {
                     let batch: Vec<jetstream::Message> =
-                        batch.into_iter().map(|m| m.expect("a message")).collect();
+                        batch.into_iter().filter_map(raw_pulled).collect();
                     let orders: Vec<Order> = batch
                         .iter()
                         .map(|m| serde_json::from_slice(&m.payload).expect("decodes"))
@@ -275,7 +275,9 @@ impl RawLoop {
                 let kv = self.kv.as_ref().expect("the bucket");
                 let mut messages = messages;
                 while let Some(message) = messages.next().await {
-                    let message = message.expect("a message");
+                    let Some(message) = raw_pulled(message) else {
+                        continue;
+                    };
                     let order: Order = serde_json::from_slice(&message.payload).expect("decodes");
                     let key = order.id.to_string();
                     let revision = kv
@@ -296,7 +298,9 @@ impl RawLoop {
             _ if concurrency == 1 => {
                 let mut messages = messages;
                 while let Some(message) = messages.next().await {
-                    let message = message.expect("a message");
+                    let Some(message) = raw_pulled(message) else {
+                        continue;
+                    };
                     self.handle(&message).await;
                     message.ack().await.expect("the ack is sent");
                     if c.complete() {
@@ -309,7 +313,7 @@ impl RawLoop {
                 messages
                     .take_while(|_| std::future::ready(!c.complete()))
                     .for_each_concurrent(concurrency, |message| async move {
-                        if let Ok(message) = message {
+                        if let Some(message) = raw_pulled(message) {
                             this.handle(&message).await;
                             message.ack().await.expect("the ack is sent");
                         }
@@ -318,6 +322,22 @@ impl RawLoop {
             }
         }
         self.client.flush().await.expect("flush");
+    }
+}
+
+/// A message of raw's pull stream, or `None` for an error the stream reported, which is logged.
+/// async-nats's `consumer.messages()` reports a missed idle heartbeat as an error item and goes
+/// on pulling (after a stall: `transport/nats/pull.rs`), so a loop written by hand skips it, as
+/// this one does, rather than ending the run.
+pub fn raw_pulled<E: std::fmt::Display>(
+    message: Result<jetstream::Message, E>,
+) -> Option<jetstream::Message> {
+    match message {
+        Ok(message) => Some(message),
+        Err(err) => {
+            eprintln!("raw: the pull stream reported an error, skipped: {err}");
+            None
+        }
     }
 }
 

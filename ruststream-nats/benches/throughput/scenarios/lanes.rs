@@ -30,7 +30,9 @@ pub async fn raw(mut messages: consumer::pull::Stream, workers: usize, counter: 
     }
     let workers = u64::try_from(workers).expect("a small number");
     while let Some(message) = messages.next().await {
-        let message = message.expect("a message");
+        let Some(message) = super::jetstream::raw_pulled(message) else {
+            continue;
+        };
         let order: Order = serde_json::from_slice(&message.payload).expect("decodes");
         let lane = usize::try_from(lane_key(order.id) % workers).expect("a lane");
         if lanes[lane].send((message, order)).await.is_err() || counter.complete() {
