@@ -13,11 +13,11 @@
 //! The program starts its own nats-server (`ruststream_test_server`), and for each scenario
 //! runs the raw async-nats loop and the RustStream service doing the same work (decode a
 //! 512-byte JSON payload into the same struct, count it, settle it), interleaved round by round
-//! and counterbalanced (raw, ours, ours, raw, raw, ours, ...). It prints markdown tables: messages per second (median of the
-//! rounds, and the spread min–max), the ratio RustStream / raw of the medians, and the heap
-//! allocations per message in the measured window (a counting global allocator; the publisher
-//! runs on a thread whose allocations are not counted); messages lost in the unthrottled
-//! burst; latency percentiles.
+//! and counterbalanced (raw, ours, ours, raw, raw, ours, ...). It prints markdown tables:
+//! messages per second (median of the rounds, and the spread min–max), the ratio
+//! RustStream / raw of the medians, and the heap allocations per message in the measured window
+//! (a counting global allocator; the publisher runs on a thread whose allocations are not
+//! counted); messages lost in the unthrottled burst; latency percentiles.
 //!
 //! Layout: `args` (the command line), `alloc` (the counting allocator), `payload` (the order
 //! and the receipts), `counter` (what both sides call per message), `publish` (publishers and
@@ -82,12 +82,11 @@ fn main() {
         .build()
         .expect("a runtime");
     // `--messages` as the scenarios count it (`--quick` takes a tenth).
+    #[cfg(tokio_unstable)]
     let messages = args.messages.map(|n| args.messages(n));
     runtime.block_on(run(args));
     #[cfg(tokio_unstable)]
     report::runtime_counters(&runtime.metrics(), messages);
-    #[cfg(not(tokio_unstable))]
-    let _ = messages;
 }
 
 async fn run(args: Args) {
