@@ -78,6 +78,64 @@ pub fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// The RustStream / raw ratio of each pair of rounds (the two rounds of one round index, run
+/// next to each other, in alternating order): what a drift of the machine over the run cancels
+/// out of.
+pub fn pair_ratios(raw: &[f64], ours: &[f64]) -> Vec<f64> {
+    raw.iter()
+        .zip(ours)
+        .filter(|(raw, _)| **raw > 0.0)
+        .map(|(raw, ours)| ours / raw)
+        .collect()
+}
+
+/// The coverage the pair-ratio intervals aim for: at least this, as close to it as the number
+/// of pairs allows.
+const COVERAGE: f64 = 0.90;
+
+/// A distribution-free confidence interval for the median of `values` (the sign test's): the
+/// k-th smallest and the k-th largest value, with k the largest for which the interval still
+/// covers the true median with probability at least [`COVERAGE`] (or k = 1, the smallest and
+/// the largest, when even that covers less: then its coverage says so). `(low, high,
+/// coverage)`; `None` for fewer than two values. It assumes only that the pairs are independent
+/// and alike, not that their ratios are normally distributed: one slow round moves it by one
+/// rank, not by its size.
+pub fn median_interval(values: &[f64]) -> Option<(f64, f64, f64)> {
+    let n = values.len();
+    if n < 2 {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    // P(B <= j) for B ~ Binomial(n, 1/2), j = 0, 1, ...
+    let mut below = Vec::with_capacity(n);
+    let (mut term, mut sum) = (0.5_f64.powi(n as i32), 0.0);
+    for j in 0..n {
+        sum += term;
+        below.push(sum);
+        term *= (n - j) as f64 / (j + 1) as f64;
+    }
+    let coverage = |k: usize| 1.0 - 2.0 * below[k - 1];
+    let mut k = 1;
+    while k < n / 2 && coverage(k + 1) >= COVERAGE {
+        k += 1;
+    }
+    Some((sorted[k - 1], sorted[n - k], coverage(k)))
+}
+
+/// `median [low, high]` of the pair ratios, with the interval's coverage, or `—`.
+pub fn ratio_interval(raw: &[f64], ours: &[f64]) -> String {
+    let ratios = pair_ratios(raw, ours);
+    match median_interval(&ratios) {
+        Some((low, high, coverage)) => format!(
+            "{:.2} [{low:.2}, {high:.2}] {:.0} %",
+            median(&ratios),
+            coverage * 100.0
+        ),
+        None => "—".to_owned(),
+    }
+}
+
 pub fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
@@ -136,7 +194,7 @@ pub struct Row {
     pub rounds: Sides<Sample>,
 }
 
-pub const THROUGHPUT_HEADER: &str = "| scenario | raw async-nats msg/s, median (min–max) | RustStream msg/s, median (min–max) | RustStream / raw | raw allocs/msg | RustStream allocs/msg |\n|---|---|---|---|---|---|";
+pub const THROUGHPUT_HEADER: &str = "| scenario | raw async-nats msg/s, median (min–max) | RustStream msg/s, median (min–max) | RustStream / raw | pairs: RustStream / raw, median [interval] coverage | raw allocs/msg | RustStream allocs/msg |\n|---|---|---|---|---|---|---|";
 
 impl Row {
     pub fn print(&self) {
@@ -144,12 +202,14 @@ impl Row {
         if both {
             let raw = Stats::of(&self.rounds.raw);
             let ours = Stats::of(&self.rounds.ours);
+            let rates = |samples: &[Sample]| samples.iter().map(|s| s.rate).collect::<Vec<_>>();
             println!(
-                "| {} | {} | {} | {:.2} | {:.1} | {:.1} |",
+                "| {} | {} | {} | {:.2} | {} | {:.1} | {:.1} |",
                 self.scenario,
                 raw.spread(),
                 ours.spread(),
                 ours.median / raw.median,
+                ratio_interval(&rates(&self.rounds.raw), &rates(&self.rounds.ours)),
                 raw.allocs,
                 ours.allocs,
             );
@@ -253,7 +313,7 @@ pub struct LatencyRow {
     pub rounds: Sides<Vec<u64>>,
 }
 
-pub const LATENCY_HEADER: &str = "| latency, publish → handler | rate | raw p50 | raw p99 | RustStream p50 | RustStream p99 |\n|---|---|---|---|---|---|";
+pub const LATENCY_HEADER: &str = "| latency, publish → handler | rate | raw p50 | raw p99 | RustStream p50 | RustStream p99 | pairs: p50 RustStream / raw, median [interval] coverage |\n|---|---|---|---|---|---|---|";
 
 impl LatencyRow {
     pub fn print(&self) {
@@ -266,8 +326,14 @@ impl LatencyRow {
                 micros(median(&per_round))
             }
         };
+        let p50s = |rounds: &[Vec<u64>]| {
+            rounds
+                .iter()
+                .map(|r| percentile(r, 50.0) as f64)
+                .collect::<Vec<_>>()
+        };
         println!(
-            "| {} ({} msgs) | {}/s | {} | {} | {} | {} |",
+            "| {} ({} msgs) | {}/s | {} | {} | {} | {} | {} |",
             self.name,
             self.messages,
             self.rate,
@@ -275,6 +341,7 @@ impl LatencyRow {
             p(&self.rounds.raw, 99.0),
             p(&self.rounds.ours, 50.0),
             p(&self.rounds.ours, 99.0),
+            ratio_interval(&p50s(&self.rounds.raw), &p50s(&self.rounds.ours)),
         );
     }
 }
