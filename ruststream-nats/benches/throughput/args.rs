@@ -52,6 +52,12 @@ pub struct Args {
     /// ratio of the same scenario and rounds says nothing.
     #[arg(long)]
     pub raw_against_raw: bool,
+    /// A calibration for the one-at-a-time rows (`request`, `js-reply-stored`), in an A/A run
+    /// only: in the RustStream column's rounds, raw's responder spends this many nanoseconds
+    /// of CPU (a busy wait) on each message before it answers. The ratio printed is then what
+    /// that much more work on the path reads as.
+    #[arg(long, requires = "raw_against_raw", value_parser = clap::value_parser!(u64).range(1..))]
+    pub raw_extra_ns: Option<u64>,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,

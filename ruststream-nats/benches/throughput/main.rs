@@ -60,6 +60,9 @@ fn main() {
     if args.raw_against_raw {
         report::RAW_AGAINST_RAW.store(true, std::sync::atomic::Ordering::Relaxed);
     }
+    if let Some(ns) = args.raw_extra_ns {
+        report::EXTRA_NS.store(ns, std::sync::atomic::Ordering::Relaxed);
+    }
     // Logs only when asked (`RUST_LOG=ruststream_nats=debug`): a subscriber costs per message.
     if std::env::var_os("RUST_LOG").is_some() {
         ruststream::app::cli::install_tracing();

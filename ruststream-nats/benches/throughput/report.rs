@@ -1,6 +1,7 @@
 //! Rounds, statistics and the tables.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::args::Side;
 use crate::counter::{Burst, Sample};
@@ -40,8 +41,15 @@ pub struct Sides<T> {
 }
 
 /// `--raw-against-raw`: the RustStream column runs the raw side too.
-pub static RAW_AGAINST_RAW: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
+pub static RAW_AGAINST_RAW: AtomicBool = AtomicBool::new(false);
+
+/// `--raw-extra-ns`: the CPU raw's one-at-a-time responders add to each message in the
+/// RustStream column's rounds of an A/A run ([`extra_work`]); 0 for none.
+pub static EXTRA_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the round running now is one of the RustStream column's (set by [`by_side`]; the
+/// rounds run one at a time).
+static SECOND_COLUMN: AtomicBool = AtomicBool::new(false);
 
 /// [`interleaved`] over `sides` (both, or the one `--side` names). With
 /// [`RAW_AGAINST_RAW`], the RustStream column's rounds run the raw side as well.
@@ -50,8 +58,11 @@ where
     F: FnMut(Side, u16) -> Fut,
     Fut: Future<Output = T>,
 {
-    let raw_twice = RAW_AGAINST_RAW.load(std::sync::atomic::Ordering::Relaxed);
-    let round = move |side, index| round(if raw_twice { Side::Raw } else { side }, index);
+    let raw_twice = RAW_AGAINST_RAW.load(Ordering::Relaxed);
+    let round = move |side, index| {
+        SECOND_COLUMN.store(side == Side::Ours, Ordering::Relaxed);
+        round(if raw_twice { Side::Raw } else { side }, index)
+    };
     let mut results = interleaved(rounds, sides, round).await.into_iter();
     let mut raw = Vec::new();
     let mut ours = Vec::new();
@@ -63,6 +74,28 @@ where
         }
     }
     Sides { raw, ours }
+}
+
+/// What a raw one-at-a-time responder calls before it answers: a busy wait of
+/// [`EXTRA_NS`] in the RustStream column's rounds (only ever set in an A/A run), nothing
+/// otherwise. Read once per round (`extra_ns`), not per message.
+pub fn extra_ns() -> u64 {
+    if SECOND_COLUMN.load(Ordering::Relaxed) {
+        EXTRA_NS.load(Ordering::Relaxed)
+    } else {
+        0
+    }
+}
+
+/// Spends `ns` nanoseconds of CPU, without yielding (see [`extra_ns`]).
+pub fn extra_work(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_nanos(ns) {
+        std::hint::spin_loop();
+    }
 }
 
 pub fn median(values: &[f64]) -> f64 {

@@ -109,6 +109,7 @@ pub async fn round(
                 work,
                 counter: Arc::clone(counter),
                 kv,
+                extra: crate::report::extra_ns(),
             };
             let task = tokio::spawn(raw.run(messages, concurrency));
             let publisher = publish();
@@ -208,6 +209,8 @@ struct RawLoop {
     counter: Arc<Counter>,
     /// The idempotency bucket ([`Work::Idempotent`]).
     kv: Option<jetstream::kv::Store>,
+    /// `--raw-extra-ns` in this round (the confirmed reply's calibration).
+    extra: u64,
 }
 
 impl RawLoop {
@@ -223,6 +226,7 @@ impl RawLoop {
                     .expect("the receipt is sent");
             }
             Work::StoredReply => {
+                crate::report::extra_work(self.extra);
                 // The same work as RustStream's: a message id derived from the input, a stored
                 // publish, the stream's acknowledgement awaited.
                 let info = message.info().expect("a JetStream message");

@@ -27,9 +27,11 @@ async fn round(side: Side, url: &str, n: u64) -> Sample {
             let mut requests = responder.subscribe(SUBJECT).await.expect("subscribed");
             round_trip(&responder).await;
             let client = responder.clone();
+            let extra = crate::report::extra_ns();
             let task = tokio::spawn(async move {
                 while let Some(request) = requests.next().await {
                     let order: Order = serde_json::from_slice(&request.payload).expect("decodes");
+                    crate::report::extra_work(extra);
                     let answered = Answered {
                         id: order.id,
                         accepted: true,
