@@ -198,9 +198,14 @@ pub struct Stats {
     pub allocs: f64,
 }
 
+/// Each round's rate, in the order the rounds ran.
+fn rates(samples: &[Sample]) -> Vec<f64> {
+    samples.iter().map(|s| s.rate).collect()
+}
+
 impl Stats {
     pub fn of(samples: &[Sample]) -> Self {
-        let rates: Vec<f64> = samples.iter().map(|s| s.rate).collect();
+        let rates = rates(samples);
         let allocs: Vec<f64> = samples.iter().map(|s| s.allocs).collect();
         Self {
             median: median(&rates),
@@ -235,7 +240,6 @@ impl Row {
         if both {
             let raw = Stats::of(&self.rounds.raw);
             let ours = Stats::of(&self.rounds.ours);
-            let rates = |samples: &[Sample]| samples.iter().map(|s| s.rate).collect::<Vec<_>>();
             println!(
                 "| {} | {} | {} | {:.2} | {} | {:.1} | {:.1} |",
                 self.scenario,
@@ -350,20 +354,18 @@ pub const LATENCY_HEADER: &str = "| latency, publish → handler | rate | raw p5
 
 impl LatencyRow {
     pub fn print(&self) {
+        // Each round's percentile `q`, in the order the rounds ran.
+        let per_round = |rounds: &[Vec<u64>], q: f64| -> Vec<f64> {
+            rounds.iter().map(|r| percentile(r, q) as f64).collect()
+        };
         // The median over the rounds of each round's percentile.
         let p = |rounds: &[Vec<u64>], q: f64| {
-            let per_round: Vec<f64> = rounds.iter().map(|r| percentile(r, q) as f64).collect();
+            let per_round = per_round(rounds, q);
             if per_round.is_empty() {
                 "—".to_owned()
             } else {
                 micros(median(&per_round))
             }
-        };
-        let p50s = |rounds: &[Vec<u64>]| {
-            rounds
-                .iter()
-                .map(|r| percentile(r, 50.0) as f64)
-                .collect::<Vec<_>>()
         };
         println!(
             "| {} ({} msgs) | {}/s | {} | {} | {} | {} | {} |",
@@ -374,7 +376,10 @@ impl LatencyRow {
             p(&self.rounds.raw, 99.0),
             p(&self.rounds.ours, 50.0),
             p(&self.rounds.ours, 99.0),
-            ratio_interval(&p50s(&self.rounds.raw), &p50s(&self.rounds.ours)),
+            ratio_interval(
+                &per_round(&self.rounds.raw, 50.0),
+                &per_round(&self.rounds.ours, 50.0)
+            ),
         );
     }
 }
