@@ -58,6 +58,13 @@ pub struct Args {
     /// that much more work on the path reads as.
     #[arg(long, requires = "raw_against_raw", value_parser = clap::value_parser!(u64).range(1..))]
     pub raw_extra_ns: Option<u64>,
+    /// Which CPUs the server and the bench run on (Linux). `free`: wherever the scheduler puts
+    /// them. `apart`: the server on the last CPU, the bench (both sides) on the others, as a
+    /// service and its server on hosts of their own. `shared`: both on the first CPU, so the
+    /// rate is what one CPU gets through and every microsecond of either side's work shows.
+    /// With `--url` only the bench is placed (place the server with `taskset -acp`).
+    #[arg(long, value_enum, default_value_t = Placement::Free)]
+    pub placement: Placement,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -91,6 +98,17 @@ pub enum Scenario {
     JsIo,
     /// Publish -> handler latency at 2 000 msg/s, Core and JetStream.
     Latency,
+}
+
+/// Where the server and the bench run (`--placement`; `placement.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Placement {
+    /// Wherever the scheduler puts them.
+    Free,
+    /// The server on the last CPU, the bench on the others.
+    Apart,
+    /// Both on the first CPU.
+    Shared,
 }
 
 /// Which implementation a round runs.

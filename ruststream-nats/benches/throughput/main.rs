@@ -30,6 +30,7 @@ mod args;
 mod counter;
 mod handlers;
 mod payload;
+mod placement;
 mod publish;
 mod report;
 mod scenarios;
@@ -80,6 +81,28 @@ fn main() {
         ruststream::telemetry::install_prometheus().expect("the recorder installs");
         eprintln!("telemetry on: metrics in the Prometheus recorder, spans with --telemetry");
     }
+    // A server of our own, unless one is given (profiling reuses its streams between runs),
+    // started on its CPUs before the bench takes its own (`placement.rs`).
+    let placed = placement::cpus(args.placement);
+    if let Some(cpus) = &placed
+        && args.url.is_none()
+    {
+        placement::pin(&cpus.server);
+    }
+    let server = args.url.is_none().then(NatsServer::start);
+    if let Some(cpus) = &placed {
+        placement::pin(&cpus.bench);
+        match &server {
+            Some(_) => eprintln!(
+                "placement {:?}: the server on CPUs {:?}, the bench on {:?}",
+                args.placement, cpus.server, cpus.bench
+            ),
+            None => eprintln!(
+                "placement {:?}: the bench on CPUs {:?}; the server given by --url runs where it was put (`taskset -acp {:?} <pid>` places it)",
+                args.placement, cpus.bench, cpus.server
+            ),
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -87,18 +110,16 @@ fn main() {
     // `--messages` as the scenarios count it (`--quick` takes a tenth).
     #[cfg(tokio_unstable)]
     let messages = args.messages.map(|n| args.messages(n));
-    runtime.block_on(run(args));
+    runtime.block_on(run(args, server.as_ref()));
     #[cfg(tokio_unstable)]
     report::runtime_counters(&runtime.metrics(), messages);
 }
 
-async fn run(args: Args) {
-    // A server of our own, unless one is given (profiling reuses its streams between runs).
-    let server = args.url.is_none().then(NatsServer::start);
+async fn run(args: Args, server: Option<&NatsServer>) {
     let url = args
         .url
         .clone()
-        .or_else(|| server.as_ref().map(NatsServer::url))
+        .or_else(|| server.map(NatsServer::url))
         .expect("a server");
     let client = async_nats::connect(&url).await.expect("connects");
     let js = jetstream::new(client.clone());
@@ -189,5 +210,4 @@ async fn run(args: Args) {
             row.print();
         }
     }
-    drop(server);
 }
