@@ -19,7 +19,8 @@
 //! (a counting global allocator; the publisher runs on a thread whose allocations are not
 //! counted); messages lost in the unthrottled burst; latency percentiles.
 //!
-//! Layout: `args` (the command line), `alloc` (the counting allocator), `payload` (the order
+//! Layout: `args` (the command line), `placement` (`--placement`: the server's and the bench's
+//! CPUs), `alloc` (the counting allocator), `payload` (the order
 //! and the receipts), `counter` (what both sides call per message), `publish` (publishers and
 //! stream filling), `handlers` (the RustStream side), `report` (the round runner, statistics,
 //! tables), `scenarios/` (one module per scenario). `docs/benchmarks.md` says what each number
