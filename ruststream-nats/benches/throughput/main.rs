@@ -131,7 +131,7 @@ async fn run(args: Args, server: Option<&NatsServer>) {
     };
 
     eprintln!(
-        "{}; {} rounds per side, interleaved; {} CPUs",
+        "{}; {} rounds per side, interleaved; {} CPUs for the bench",
         NatsServer::version(),
         args.rounds,
         std::thread::available_parallelism().map_or(0, NonZeroUsize::get)

@@ -24,13 +24,10 @@ pub struct Cpus {
 ///
 /// `apart` with fewer than two CPUs to run on.
 pub fn cpus(placement: Placement) -> Option<Cpus> {
-    if placement == Placement::Free {
-        return None;
-    }
-    let allowed = allowed();
     match placement {
         Placement::Free => None,
         Placement::Apart => {
+            let allowed = allowed();
             let (server, bench) = allowed
                 .split_last()
                 .filter(|(_, bench)| !bench.is_empty())
@@ -45,7 +42,7 @@ pub fn cpus(placement: Placement) -> Option<Cpus> {
             })
         }
         Placement::Shared => {
-            let first = vec![allowed[0]];
+            let first = vec![allowed()[0]];
             Some(Cpus {
                 server: first.clone(),
                 bench: first,
