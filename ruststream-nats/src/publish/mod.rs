@@ -234,7 +234,7 @@ impl NatsPublisher {
         origin: Option<Origin<'_>>,
         inbox: Option<&Arc<str>>,
     ) -> Result<Option<StoredAck>, PublishError> {
-        refuse_invalid_output(&subject)?;
+        refuse_invalid(&subject, "publish")?;
         if let Some(inbox) = inbox {
             refuse_invalid(inbox, "publish")?;
         }
@@ -412,32 +412,6 @@ async fn learn(transport: &dyn Transport, stored: &StoredSubjects) {
             "cannot list the streams; outputs are Core publishes until the list is known"
         ),
     }
-}
-
-/// [`refuse_invalid`] for an output's subject, answered by a comparison when it is the subject
-/// this thread found valid last: a service sends most of its outputs to a few subjects, each
-/// again and again, and the check's own code is then not fetched for every message. Inboxes
-/// (a new one per request) are checked by [`refuse_invalid`] itself, not remembered here.
-fn refuse_invalid_output(subject: &str) -> Result<(), PublishError> {
-    thread_local! {
-        static LAST_VALID: std::cell::RefCell<String> =
-            const { std::cell::RefCell::new(String::new()) };
-    }
-    let known = LAST_VALID.with(|last| {
-        last.try_borrow()
-            .is_ok_and(|last| !last.is_empty() && last.as_str() == subject)
-    });
-    if known {
-        return Ok(());
-    }
-    refuse_invalid(subject, "publish")?;
-    LAST_VALID.with(|last| {
-        if let Ok(mut last) = last.try_borrow_mut() {
-            last.clear();
-            last.push_str(subject);
-        }
-    });
-    Ok(())
 }
 
 /// Refuses a subject one cannot `what` to (publish, send a request): a pattern or a subject

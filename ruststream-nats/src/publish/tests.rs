@@ -372,30 +372,6 @@ async fn an_inbox_that_is_not_a_subject_is_refused_before_anything_is_sent() {
 }
 
 #[test]
-fn an_output_subject_remembered_as_valid_does_not_let_an_invalid_one_through() {
-    // The thread's last valid subject answers only for that exact subject.
-    assert!(refuse_invalid_output("receipts.captured").is_ok());
-    assert!(refuse_invalid_output("receipts.captured").is_ok());
-    for invalid in [
-        "receipts.*",
-        "receipts.captured.",
-        "receipts..captured",
-        "",
-        "receipts >",
-    ] {
-        let err = refuse_invalid_output(invalid).expect_err(invalid);
-        assert_eq!(err.kind(), PublishErrorKind::InvalidSubject, "{invalid}");
-        // A refused subject is not remembered: it is refused again, and the last valid one
-        // still passes.
-        assert!(refuse_invalid_output(invalid).is_err(), "{invalid}");
-        assert!(refuse_invalid_output("receipts.captured").is_ok());
-    }
-    // A prefix or an extension of the remembered subject is checked on its own.
-    assert!(refuse_invalid_output("receipts.captured.>").is_err());
-    assert!(refuse_invalid_output("receipts").is_ok());
-}
-
-#[test]
 fn a_core_input_has_no_output_id() {
     let input = Delivery::new("orders.placed", Bytes::from_static(b"{}"));
     let origin = Origin {
