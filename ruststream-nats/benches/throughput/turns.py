@@ -20,9 +20,8 @@ import sys
 
 WRITEV, EPOLL_WAIT, EPOLL_PWAIT, FUTEX = 20, 232, 281, 202
 WAKES = (EPOLL_WAIT, EPOLL_PWAIT, FUTEX)
-EVENT = re.compile(
-    r"\s*\S+\s+(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+raw_syscalls:sys_(enter|exit): NR (\d+)"
-)
+# `perf script`: command, thread id, [CPU], time stamp, event, system call number.
+EVENT = re.compile(r"\s*\S+\s+\d+\s+\[\d+\]\s+([\d.]+):\s+raw_syscalls:sys_(enter|exit): NR (\d+)")
 
 
 def quantile(values, q):
@@ -35,7 +34,7 @@ def main():
     for line in sys.stdin:
         match = EVENT.match(line)
         if match:
-            _tid, _cpu, at, kind, nr = match.groups()
+            at, kind, nr = match.groups()
             events.append((float(at), kind, int(nr)))
     events.sort()
     times = [at for at, _, _ in events]
