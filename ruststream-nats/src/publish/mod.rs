@@ -35,7 +35,7 @@ use crate::transport::{
 };
 
 /// The header JetStream deduplicates on.
-pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+pub use crate::transport::MSG_ID_HEADER;
 
 /// How old the list of streams may get before a publish asks for it again (in the background).
 pub const RELEARN_AFTER: Duration = Duration::from_secs(30);
@@ -44,37 +44,18 @@ pub const RELEARN_AFTER: Duration = Duration::from_secs(30);
 /// `<stream>:<sequence>:<registration>:<output>`; `None` for a Core delivery, which has no
 /// identity to derive one from.
 pub fn output_message_id(origin: &Origin<'_>) -> Option<String> {
-    let mut id = String::new();
-    write_output_message_id(origin, &mut id).then_some(id)
-}
-
-/// Writes [`output_message_id`] into `out` (cleared first); `false` for a Core delivery.
-fn write_output_message_id(origin: &Origin<'_>, out: &mut String) -> bool {
     use std::fmt::Write as _;
-    out.clear();
-    let Some(info) = origin.delivery.extension::<JetStreamInfo>() else {
-        return false;
-    };
+    let info = origin.delivery.extension::<JetStreamInfo>()?;
+    // Sized for the two names and up to 20 digits of sequence and 4 of output, with the
+    // colons: written without growing (each growth is a `realloc`).
+    let mut id = String::with_capacity(info.stream.len() + origin.registration.len() + 28);
     // Writing to a `String` cannot fail.
     let _ = write!(
-        out,
+        id,
         "{}:{}:{}:{}",
         info.stream, info.stream_sequence, origin.registration, origin.output
     );
-    true
-}
-
-/// [`output_message_id`] as the shared string a header holds, made with one allocation: the
-/// id is written into a buffer each thread keeps, then copied once.
-fn shared_output_message_id(origin: &Origin<'_>) -> Option<Arc<str>> {
-    thread_local! {
-        static ID: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-    }
-    ID.with(|id| match id.try_borrow_mut() {
-        Ok(mut id) => write_output_message_id(origin, &mut id).then(|| Arc::from(id.as_str())),
-        // Not reached (nothing here calls back into it); a fresh `String` if it were.
-        Err(_) => output_message_id(origin).map(Arc::from),
-    })
+    Some(id)
 }
 
 /// [`MSG_ID_HEADER`] as a shared string, made once.
@@ -258,26 +239,33 @@ impl NatsPublisher {
         };
         // The response goes after the confirmed output, without its message id.
         let response = inbox.map(|inbox| (Target::Shared(Arc::clone(inbox)), headers.clone()));
-        if headers.get(MSG_ID_HEADER).is_none()
-            && let Some(id) = origin.as_ref().and_then(shared_output_message_id)
-        {
-            headers.insert(msg_id_name(), id);
-        }
+        // The derived message id goes to the transport on its own, added to the headers in
+        // the transport's form: not inserted here first and converted again there (a shared
+        // string, a search of the headers, a validation and a copy fewer on every output). A
+        // message id the handling set itself is kept.
+        let msg_id = match headers.get(MSG_ID_HEADER) {
+            None => origin.as_ref().and_then(output_message_id),
+            Some(_) => None,
+        };
         // The headers are lent: the transport converts them to its own form, and they stay
         // here for the Core publish should the stream be gone.
         let confirmed = self
             .transport
-            .publish_confirmed_lent(subject.clone(), &headers, payload.clone())
+            .publish_confirmed_lent(subject.clone(), &headers, msg_id, payload.clone())
             .await;
         let ack = match confirmed {
             Ok(ack) => {
                 ruststream::telemetry::published("stored");
                 if ack.duplicate {
+                    let msg_id = headers
+                        .get(MSG_ID_HEADER)
+                        .map(str::to_owned)
+                        .or_else(|| origin.as_ref().and_then(output_message_id));
                     tracing::debug!(
                         subject = &*subject,
                         stream = %ack.stream,
                         sequence = ack.sequence,
-                        msg_id = headers.get(MSG_ID_HEADER).unwrap_or_default(),
+                        msg_id = msg_id.as_deref().unwrap_or_default(),
                         "the stream already held this output (a redelivered input published it again); the copy was dropped"
                     );
                 }
@@ -292,6 +280,12 @@ impl NatsPublisher {
                     "stream `{stream}` no longer stores the subject; published on Core NATS, unconfirmed"
                 );
                 self.stored.forget();
+                // With the message id it would have been stored with, as before.
+                if headers.get(MSG_ID_HEADER).is_none()
+                    && let Some(id) = origin.as_ref().and_then(output_message_id)
+                {
+                    headers.insert(msg_id_name(), id);
+                }
                 self.core(&[subject], &headers, payload.clone()).await?;
                 None
             }

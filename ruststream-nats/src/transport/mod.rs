@@ -12,6 +12,10 @@
 pub(crate) mod in_process;
 pub mod nats;
 
+/// The header JetStream deduplicates on (`crate::publish::MSG_ID_HEADER` re-exports it): the
+/// transport adds it to a stored output, and the in-process NATS's streams read it.
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -417,14 +421,21 @@ pub trait Transport: Send + Sync + 'static {
 
     /// [`Transport::publish_confirmed`] with the headers lent: a transport that converts them
     /// to a form of its own reads them in place, and the caller keeps them (for a Core publish
-    /// when no stream stores the subject after all). The default clones them.
+    /// when no stream stores the subject after all). `msg_id`, when given, is sent as the
+    /// message's `Nats-Msg-Id` (`headers` then has none): the transport adds it to its own
+    /// form of the headers, converted once. The default clones the headers and adds it.
     fn publish_confirmed_lent(
         &self,
         subject: Target,
         headers: &Headers,
+        msg_id: Option<String>,
         payload: Bytes,
     ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
-        self.publish_confirmed(subject.into_shared(), headers.clone(), payload)
+        let mut headers = headers.clone();
+        if let Some(id) = msg_id {
+            headers.insert(MSG_ID_HEADER, id);
+        }
+        self.publish_confirmed(subject.into_shared(), headers, payload)
     }
 
     /// Every stream and the subjects it stores: how the runtime learns, once at startup and

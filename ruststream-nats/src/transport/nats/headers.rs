@@ -5,6 +5,7 @@ use std::str::FromStr;
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
 use ruststream::Headers;
 
+use crate::transport::MSG_ID_HEADER as MSG_ID;
 use crate::transport::{TransportError, TransportErrorKind};
 
 /// `ruststream::Headers` as async-nats headers; a name or value NATS cannot carry is refused.
@@ -33,6 +34,24 @@ pub fn to_header_map(headers: &Headers) -> Result<HeaderMap, TransportError> {
         map.append(header, value);
     }
     Ok(map)
+}
+
+/// Sets `Nats-Msg-Id` to `id` (a stored output's derived message id), the string moved into
+/// the header, not copied; refused when NATS cannot carry it (a registration name with a line
+/// break, say).
+pub(crate) fn insert_msg_id(map: &mut HeaderMap, id: String) -> Result<(), TransportError> {
+    if id.contains(['\r', '\n']) {
+        return Err(TransportError::new(
+            TransportErrorKind::Invalid,
+            format!("the value of header `{MSG_ID}` is not valid: `{id}` holds a line break"),
+        ));
+    }
+    // Made at compile time (`from_static` compares the name with NATS's own names when it
+    // runs). `insert`, not `append`: the name is hashed once (`append` looks it up, then
+    // inserts).
+    const NAME: HeaderName = HeaderName::from_static(MSG_ID);
+    map.insert(NAME, HeaderValue::from(id));
+    Ok(())
 }
 
 /// One header as async-nats's name and value; refused when NATS cannot carry it.
@@ -98,10 +117,6 @@ pub(crate) fn header_map_with_context(headers: &Headers) -> Result<HeaderMap, Tr
 /// which builds on the transport: the transport does not name it, a test checks the two agree).
 const RETRY_COUNT: &str = "x-ruststream-retry-count";
 
-/// The header JetStream deduplicates on, `crate::publish::MSG_ID_HEADER` (a test checks the
-/// two agree).
-const MSG_ID: &str = "Nats-Msg-Id";
-
 /// The names the runtime writes on most messages, as async-nats names that point at the
 /// constant instead of copying it: `HeaderName::from_str` copies every name but those NATS
 /// defines itself (`Nats-Msg-Id` and the like).
@@ -151,11 +166,6 @@ mod tests {
     }
 
     #[test]
-    fn the_message_id_header_is_the_publishers_one() {
-        assert_eq!(MSG_ID, crate::publish::MSG_ID_HEADER);
-    }
-
-    #[test]
     fn the_names_the_runtime_writes_convert_like_any_other() {
         let mut headers = Headers::new();
         headers.insert(ruststream::codec::CONTENT_TYPE, "application/json");
@@ -174,6 +184,20 @@ mod tests {
             assert_eq!(known_name(name).is_some(), name != "x-other", "{name}");
         }
         assert_eq!(map.len(), 5);
+    }
+
+    #[test]
+    fn the_derived_message_id_is_added_as_a_header_added_in_ruststreams_form_would_be() {
+        let mut headers = Headers::new();
+        headers.insert(ruststream::codec::CONTENT_TYPE, "application/json");
+        let mut map = to_header_map(&headers).expect("valid headers");
+        insert_msg_id(&mut map, "ORDERS:17:audit:1".to_owned()).expect("a valid id");
+        headers.insert(MSG_ID, "ORDERS:17:audit:1");
+        assert_eq!(map, converted_one_by_one(&headers));
+
+        let err = insert_msg_id(&mut map, "ORDERS:17:a\r\nb:1".to_owned()).unwrap_err();
+        assert_eq!(err.kind, TransportErrorKind::Invalid);
+        assert!(err.to_string().contains("Nats-Msg-Id"), "{err}");
     }
 
     /// What `to_header_map` gives, converted one header at a time without the kept map.

@@ -288,11 +288,18 @@ impl Transport for NatsTransport {
         &self,
         subject: Target,
         headers: &Headers,
+        msg_id: Option<String>,
         payload: Bytes,
     ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
         // Converted before the future is made, so that the boxed future is the publish's own
         // rather than an `async` block wrapping it (one state machine fewer to move).
-        match self::headers::header_map_with_context(headers) {
+        let converted = self::headers::header_map_with_context(headers).and_then(|mut map| {
+            if let Some(id) = msg_id {
+                self::headers::insert_msg_id(&mut map, id)?;
+            }
+            Ok(map)
+        });
+        match converted {
             Ok(headers) => Box::pin(self.stored(subject, headers, payload)),
             Err(err) => Box::pin(std::future::ready(Err(err))),
         }

@@ -11,13 +11,11 @@ use tokio::time::Instant;
 use super::consumer::Consumer;
 use super::{State, Stored};
 use crate::subject::{matches, overlaps};
+use crate::transport::MSG_ID_HEADER as MSG_ID;
 use crate::transport::in_process::facts::{StoredMessage, StreamLimits};
 use crate::transport::{
     RawMessage, Refusal, StoredAck, StreamSpec, TransportError, TransportErrorKind,
 };
-
-/// The header a stream deduplicates on.
-const MSG_ID: &str = "Nats-Msg-Id";
 
 #[derive(Debug)]
 pub(super) struct Stream {
