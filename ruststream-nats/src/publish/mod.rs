@@ -257,15 +257,17 @@ impl NatsPublisher {
             Ok(ack) => {
                 ruststream::telemetry::published("stored");
                 if ack.duplicate {
-                    let msg_id = headers
-                        .get(MSG_ID_HEADER)
-                        .map(str::to_owned)
-                        .or_else(|| origin.as_ref().and_then(output_message_id));
+                    // The id is made again only when the line is logged (the transport took
+                    // the one sent): a field's value is evaluated only when enabled.
                     tracing::debug!(
                         subject = &*subject,
                         stream = %ack.stream,
                         sequence = ack.sequence,
-                        msg_id = msg_id.as_deref().unwrap_or_default(),
+                        msg_id = headers
+                            .get(MSG_ID_HEADER)
+                            .map(str::to_owned)
+                            .or_else(|| origin.as_ref().and_then(output_message_id))
+                            .unwrap_or_default(),
                         "the stream already held this output (a redelivered input published it again); the copy was dropped"
                     );
                 }

@@ -40,17 +40,19 @@ pub fn to_header_map(headers: &Headers) -> Result<HeaderMap, TransportError> {
 /// the header, not copied; refused when NATS cannot carry it (a registration name with a line
 /// break, say).
 pub(crate) fn insert_msg_id(map: &mut HeaderMap, id: String) -> Result<(), TransportError> {
-    if id.contains(['\r', '\n']) {
-        return Err(TransportError::new(
-            TransportErrorKind::Invalid,
-            format!("the value of header `{MSG_ID}` is not valid: `{id}` holds a line break"),
-        ));
-    }
+    // `HeaderValue::from(String)` panics on a line break: one is refused first, with the
+    // error any other header's value gets (async-nats's own check, which copies the string
+    // only on this path).
+    let value = if id.contains(['\r', '\n']) {
+        HeaderValue::from_str(&id).map_err(|err| invalid_value(MSG_ID, err))?
+    } else {
+        HeaderValue::from(id)
+    };
     // Made at compile time (`from_static` compares the name with NATS's own names when it
     // runs). `insert`, not `append`: the name is hashed once (`append` looks it up, then
     // inserts).
     const NAME: HeaderName = HeaderName::from_static(MSG_ID);
-    map.insert(NAME, HeaderValue::from(id));
+    map.insert(NAME, value);
     Ok(())
 }
 
@@ -66,14 +68,17 @@ fn convert(name: &str, value: &str) -> Result<(HeaderName, HeaderValue), Transpo
             .with_cause(err)
         })?,
     };
-    let value = HeaderValue::from_str(value).map_err(|err| {
-        TransportError::new(
-            TransportErrorKind::Invalid,
-            format!("the value of header `{name}` is not valid"),
-        )
-        .with_cause(err)
-    })?;
+    let value = HeaderValue::from_str(value).map_err(|err| invalid_value(name, err))?;
     Ok((header, value))
+}
+
+/// The refusal of a header value NATS cannot carry.
+fn invalid_value(name: &str, cause: async_nats::header::ParseHeaderValueError) -> TransportError {
+    TransportError::new(
+        TransportErrorKind::Invalid,
+        format!("the value of header `{name}` is not valid"),
+    )
+    .with_cause(cause)
 }
 
 /// A map holding only `content-type: value`, cloned from the one this thread converted last
