@@ -8,7 +8,10 @@
 //!   derived from the input, and the stream's duplicate window drops the second copy;
 //! - a Core request whose `reply` output a stream stores gets its response once the stream
 //!   stored the output, without the output's `Nats-Msg-Id`; a full stream sends no response,
-//!   and the input is retried (a Core copy) up to its cap.
+//!   and the input is retried (a Core copy) up to its cap;
+//! - a stream created while the app runs is learned when the server announces it, not at the
+//!   next periodic look (`RELEARN_AFTER`): the outputs it stores are confirmed, with their ids,
+//!   from the next input or so on.
 
 mod support;
 
@@ -23,7 +26,7 @@ use ruststream_nats::testing::{StoredMessage, StreamLimits, TestApp};
 use ruststream_nats::transport::TransportOverride;
 use serde::{Deserialize, Serialize};
 
-use ruststream_test_server::client::stream_messages;
+use ruststream_test_server::client::{create_stream, stream_messages};
 use support::nats::{PATIENCE, jetstream_server, millis};
 
 #[derive(Debug, Deserialize)]
@@ -77,6 +80,25 @@ async fn slow_receipt(
         tokio::time::sleep(Duration::from_millis(1600)).await;
     }
     HandlerOutcome::ack()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Outgoing)]
+#[outgoing(name = "late.issued")]
+struct LateReceipt {
+    order: u64,
+}
+
+/// Replies on a subject no stream stores when the app starts (`LATE` is created later).
+#[subscriber(
+    JetStreamSubject::new("orders.late", "ORDERS").durable("late").ack_wait(millis(3000)),
+    reply
+)]
+async fn late_receipt(
+    order: &Order,
+    State(calls): State<Calls>,
+) -> Result<LateReceipt, HandlerOutcome> {
+    calls.add();
+    Ok(LateReceipt { order: order.id })
 }
 
 /// Answers a Core request with a receipt, which `RECEIPTS` stores.
@@ -260,6 +282,23 @@ impl Server {
         }
     }
 
+    /// Creates stream `name` storing `subject`, while the app runs.
+    async fn create_stream(&self, name: &str, subject: &str) {
+        match self {
+            Self::InProcess(t) => {
+                use ruststream_nats::transport::{StreamSpec, Transport as _};
+                t.nats()
+                    .declare_stream(StreamSpec {
+                        name: name.into(),
+                        subjects: vec![subject.into()],
+                    })
+                    .await
+                    .expect("declared");
+            }
+            Self::Live { js, .. } => create_stream(js, name, [subject]).await,
+        }
+    }
+
     /// Lets RECEIPTS take any number of messages.
     async fn lift_limits(&self) {
         match self {
@@ -332,7 +371,8 @@ macro_rules! both {
 both!(
     a_refused_reply_leaves_the_input_unacknowledged,
     a_redelivered_input_stores_its_output_once,
-    a_core_request_is_answered_after_its_stored_output
+    a_core_request_is_answered_after_its_stored_output,
+    a_stream_created_while_running_is_learned_at_once
 );
 
 async fn a_refused_reply_leaves_the_input_unacknowledged(live: bool) {
@@ -474,4 +514,127 @@ async fn a_core_request_is_answered_after_its_stored_output(live: bool) {
         "the stream refused it"
     );
     server.stop().await;
+}
+
+async fn a_stream_created_while_running_is_learned_at_once(live: bool) {
+    let counter = Calls::default();
+    let server = Server::start(live, StreamLimits::default(), counter.clone(), |b| {
+        b.include(late_receipt);
+    })
+    .await;
+    // No stream stores `late.issued` yet: the first receipt is a Core publish nobody keeps.
+    server.publish("orders.late", r#"{"id":1}"#).await;
+    server
+        .until("the first input is handled", || counter.count() >= 1)
+        .await;
+    server.create_stream("LATE", "late.>").await;
+    // tokio's clock: the paused one in process, the real one live.
+    let created = tokio::time::Instant::now();
+
+    // The server announces the new stream, and the app learns it: within a few inputs (and a
+    // few seconds, far from the 30 s periodic look) a receipt is stored, confirmed and under
+    // the id derived from its input.
+    let mut learned = None;
+    for id in 2..=40_u64 {
+        server
+            .publish("orders.late", &format!(r#"{{"id":{id}}}"#))
+            .await;
+        let handled = u32::try_from(id).expect("small");
+        server
+            .until("the input is handled", || counter.count() >= handled)
+            .await;
+        let stored = server.stored("LATE").await;
+        if let Some((payload, msg_id)) = stored.into_iter().find(|(_, msg_id)| msg_id.is_some()) {
+            learned = Some((id, payload, msg_id));
+            break;
+        }
+        server.wait(Duration::from_millis(100)).await;
+    }
+    let (id, payload, msg_id) = learned.expect(
+        "a receipt stored with its message id within 40 inputs: the stream created while the app ran was learned",
+    );
+    assert_eq!(payload, format!(r#"{{"order":{id}}}"#));
+    assert_eq!(msg_id, Some(format!("ORDERS:{id}:late_receipt:0")));
+    let took = created.elapsed();
+    assert!(
+        took < ruststream_nats::RELEARN_AFTER,
+        "learned after {took:?}: by the periodic look, not by the stream's announcement"
+    );
+    server.stop().await;
+}
+
+/// A service whose user may not subscribe to the stream advisories (`$JS.EVENT.>` denied)
+/// starts and confirms its stored outputs as any other: the denied subscription costs only the
+/// prompt learning of new streams (the periodic look remains).
+#[tokio::test]
+async fn live_without_permission_for_the_advisories_outputs_are_still_confirmed() {
+    // `#[tokio::test]` runs every task on this thread: the connection's events included.
+    let logs = support::logs::Logs::default();
+    let _logging = logs.install_at(tracing::Level::WARN);
+    let password = "svc-Pass-1";
+    let server = ruststream_test_server::NatsServer::builder()
+        .config(format!(
+            "authorization {{ users: [ {{ user: svc, password: \"{password}\", permissions: {{ publish: \">\", subscribe: {{ allow: \">\", deny: \"$JS.EVENT.>\" }} }} }} ] }}"
+        ))
+        .start();
+    let client = async_nats::ConnectOptions::with_user_and_password("svc".into(), password.into())
+        .connect(server.url())
+        .await
+        .expect("connects");
+    let js = jetstream::new(client);
+    for (name, subject) in [("ORDERS", "orders.>"), ("RECEIPTS", "receipts.>")] {
+        create_stream(&js, name, [subject]).await;
+    }
+    let calls = Calls::default();
+    let app = RustStream::new(AppInfo::new("outputs", "0.1.0"))
+        .on_startup({
+            let calls = calls.clone();
+            async move |()| Ok::<_, std::convert::Infallible>(calls)
+        })
+        .with_broker(
+            NatsBroker::new(server.url()).user_and_password("svc", password),
+            |b| {
+                b.include(receipt);
+            },
+        );
+    let running = app
+        .start(ruststream::Env::new())
+        .await
+        .expect("the app starts without the advisories");
+    support::nats::publish_stored(&js, "orders.created", r#"{"id":1}"#).await;
+    let stored =
+        ruststream_test_server::client::eventually(PATIENCE, "the receipt is stored", || {
+            let js = js.clone();
+            async move {
+                let messages = stream_messages(&js, "RECEIPTS").await;
+                (!messages.is_empty()).then_some(messages)
+            }
+        })
+        .await;
+    let ids: Vec<Option<String>> = stored
+        .into_iter()
+        .map(|m| {
+            StoredMessage::from(m)
+                .headers
+                .get("Nats-Msg-Id")
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(
+        ids,
+        [Some("ORDERS:1:receipt:0".to_owned())],
+        "confirmed, with its id"
+    );
+    assert_eq!(calls.count(), 1);
+    // The refusal is explained, with the fix.
+    ruststream_test_server::client::eventually(
+        PATIENCE,
+        "the advisories' refusal is logged",
+        || {
+            let lines = logs.lines_with(&["may not subscribe to the stream advisories", "grant"]);
+            async move { (!lines.is_empty()).then_some(()) }
+        },
+    )
+    .await;
+    running.stop().await.expect("a clean stop");
 }

@@ -145,6 +145,17 @@ impl Events {
                     tracing::info!(broker = %self.broker, "the server accepts the credentials again");
                 }
             }
+            // The publisher's subscription to the stream advisories (`publish::StreamWatch`),
+            // refused by the user's permissions: the app works on, with a slower learning.
+            Event::ServerError(ServerError::Other(message))
+                if message.contains(crate::subject::STREAM_ADVISORIES) =>
+            {
+                tracing::warn!(
+                    broker = %self.broker,
+                    err = %message,
+                    "this connection may not subscribe to the stream advisories: a stream created while the app runs is learned only at the periodic look (`RELEARN_AFTER`), and its outputs are Core publishes until then; grant `subscribe` on `$JS.EVENT.ADVISORY.STREAM.>` to learn it at once"
+                );
+            }
             Event::LameDuckMode => tracing::warn!(
                 broker = %self.broker,
                 "the NATS server is shutting down (lame duck mode); the client moves to another server"

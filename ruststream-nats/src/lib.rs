@@ -39,7 +39,9 @@ pub use copies::RETRY_COUNT_HEADER;
 pub use descriptor::{CoreSubject, CoreWildcard, DeliverPolicy, JetStreamSubject};
 pub use jetstream_info::JetStreamInfo;
 pub use keys::{JetStream, StreamName, StreamSequence};
-pub use publish::{MSG_ID_HEADER, NatsClient, RELEARN_AFTER, StoredPublish, output_message_id};
+pub use publish::{
+    MSG_ID_HEADER, NatsClient, RELEARN_AFTER, STREAM_ADVISORIES, StoredPublish, output_message_id,
+};
 pub use settings::MIN_SERVER_VERSION;
 pub use transport::StoredAck;
 

@@ -8,6 +8,11 @@
 //! exactly one token and `>` (only as the last token) one or more; both stand alone between dots.
 
 /// Why a subject is not valid, for an error message.
+/// The subjects of the JetStream advisories a server publishes when a stream is created,
+/// updated or deleted (`$JS.EVENT.ADVISORY.STREAM.CREATED.<stream>`, `.UPDATED.`, `.DELETED.`;
+/// the stream's other advisories match too, and cost one needless relearn each).
+pub const STREAM_ADVISORIES: &str = "$JS.EVENT.ADVISORY.STREAM.*.*";
+
 pub(crate) fn subject_problem(subject: &str, pattern_allowed: bool) -> Option<String> {
     if is_plain_subject(subject) {
         // Every publish asks; this answers for nearly all of them in one pass.

@@ -301,6 +301,9 @@ impl Broker for NatsBroker {
             check_streams(&*transport, &endpoints).await?;
             warn_unstored_dead_letters(&*transport, &endpoints).await;
             let publisher = Arc::new(NatsPublisher::new(Arc::clone(&transport)));
+            // Subscribed to the stream advisories before the first look at the list, so that
+            // a stream created in between is learned too.
+            let stream_watch = publisher.watch_streams().await;
             publisher.learn().await;
             log_outputs(&publisher, &endpoints);
 
@@ -324,6 +327,7 @@ impl Broker for NatsBroker {
             if reports {
                 tokio::spawn(Arc::clone(&events).report_until_stopped(signal.clone()));
             }
+            tokio::spawn(stream_watch.run(signal.clone()));
             let mut sources = Vec::with_capacity(opened.len());
             for (endpoint, (messages, unsubscribe)) in opened {
                 let executor = Arc::new(

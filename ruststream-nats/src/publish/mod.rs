@@ -4,8 +4,12 @@
 //! stores is a JetStream publish that waits for the stream's acknowledgement: a refusal (limits
 //! with `discard: new`, a failed expectation) or a timeout is an error of kind
 //! [`PublishErrorKind::NotStored`], which makes the input a `retry()`. Which subjects are
-//! stored is learned from the server's stream list at startup and again every
-//! [`RELEARN_AFTER`], never asked per message.
+//! stored is learned from the server's stream list at startup, never asked per message. A
+//! running app learns it again at once when the server announces that a stream was created,
+//! updated or deleted ([`STREAM_ADVISORIES`]), and every [`RELEARN_AFTER`] in any case (a
+//! connection not allowed to see the announcements); [`StreamWatch`] does both, in a task of
+//! its own. A publisher no app runs (a `TestApp`'s client) relearns on a publish once the list
+//! is [`RELEARN_AFTER`] old.
 //!
 //! A stored output of a JetStream input carries a `Nats-Msg-Id` derived from the input (its
 //! stream and sequence, the registration, and which output of the handling it is): a
@@ -18,11 +22,13 @@
 mod client;
 
 use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use futures::{FutureExt as _, StreamExt as _};
 use ruststream::{
     EncodedOutput, Headers, Origin, OutboundMessage, Publish, PublishError, PublishErrorKind,
 };
@@ -31,14 +37,19 @@ use tokio::time::Instant;
 use crate::JetStreamInfo;
 use crate::subject::{matches, subject_problem};
 use crate::transport::{
-    StoredAck, StreamSpec, Target, Transport, TransportError, TransportErrorKind,
+    StoredAck, StreamSpec, Subscription, Target, Transport, TransportError, TransportErrorKind,
 };
 
 /// The header JetStream deduplicates on.
 pub use crate::transport::MSG_ID_HEADER;
 
-/// How old the list of streams may get before a publish asks for it again (in the background).
+/// How often a running app learns the list of streams again without being told of a change;
+/// for a publisher no app runs, how old the list may get before a publish asks for it again
+/// (in the background).
 pub const RELEARN_AFTER: Duration = Duration::from_secs(30);
+
+/// The subjects of the server's stream advisories, which make a running app learn the list again.
+pub use crate::subject::STREAM_ADVISORIES;
 
 /// The message id of output `origin.output` of handling a JetStream delivery:
 /// `<stream>:<sequence>:<registration>:<output>`; `None` for a Core delivery, which has no
@@ -70,6 +81,11 @@ pub(crate) struct StoredSubjects {
     /// Each stream's name and the subjects it stores.
     streams: RwLock<Vec<(Arc<str>, Vec<Filter>)>>,
     learned: Mutex<Option<Instant>>,
+    /// Whether a [`StreamWatch`] keeps the list fresh: then a publish neither reads the clock
+    /// nor takes `learned`'s lock.
+    watched: AtomicBool,
+    /// Wakes the [`StreamWatch`] to learn the list again (a publish found a stream gone).
+    stale: tokio::sync::Notify,
 }
 
 /// A subject a stream stores, prepared for the question every publish asks (does it match
@@ -143,8 +159,12 @@ impl StoredSubjects {
         }
     }
 
+    /// A stream the list names is gone: the list is learned again, by the watcher when one
+    /// runs, else by the next publish.
     fn forget(&self) {
-        if let Ok(mut learned) = self.learned.lock() {
+        if self.watched.load(Ordering::Acquire) {
+            self.stale.notify_one();
+        } else if let Ok(mut learned) = self.learned.lock() {
             *learned = None;
         }
     }
@@ -177,9 +197,40 @@ impl NatsPublisher {
         self.stored.stream_of(subject)
     }
 
+    /// What keeps this publisher's list of streams fresh while the app runs
+    /// ([`StreamWatch::run`]): subscribed to the stream advisories here, before the list is
+    /// first learned, so that a stream created in between is not missed. From now on no
+    /// publish looks at the list's age.
+    pub(crate) async fn watch_streams(&self) -> StreamWatch {
+        let advisories = match self
+            .transport
+            .subscribe(STREAM_ADVISORIES.to_owned(), None)
+            .await
+        {
+            Ok(advisories) => Some(advisories),
+            Err(err) => {
+                tracing::warn!(
+                    %err,
+                    every = ?RELEARN_AFTER,
+                    "cannot subscribe to the stream advisories: a stream created or changed while the app runs is learned only at the next periodic look"
+                );
+                None
+            }
+        };
+        self.stored.watched.store(true, Ordering::Release);
+        StreamWatch {
+            transport: Arc::clone(&self.transport),
+            stored: Arc::clone(&self.stored),
+            advisories,
+        }
+    }
+
     /// Learns the streams when never learned; relearns them in the background when the list
-    /// is old.
+    /// is old. Nothing to do when a [`StreamWatch`] keeps the list fresh (a running app).
     async fn relearn_if_due(&self) {
+        if self.stored.watched.load(Ordering::Acquire) {
+            return;
+        }
         match self.stored.due() {
             Some(false) => learn(&*self.transport, &self.stored).await,
             Some(true) => {
@@ -396,6 +447,61 @@ impl NatsPublisher {
                 };
                 Err(PublishError::new(kind, &*subject).with_source(err))
             }
+        }
+    }
+}
+
+/// Keeps a running app's list of stored subjects fresh: learned again when the server announces
+/// a stream created, updated or deleted, when a publish found a stream gone, and every
+/// [`RELEARN_AFTER`] in any case (a connection not allowed to see the advisories, one missed
+/// while the link was down).
+pub(crate) struct StreamWatch {
+    transport: Arc<dyn Transport>,
+    stored: Arc<StoredSubjects>,
+    advisories: Option<Subscription>,
+}
+
+impl StreamWatch {
+    /// Runs until the broker stops (`stop` holds its drain deadline, the sources' signal).
+    pub(crate) async fn run(self, mut stop: tokio::sync::watch::Receiver<Option<Instant>>) {
+        let Self {
+            transport,
+            stored,
+            advisories,
+        } = self;
+        let (mut advisories, unsubscribe) = match advisories {
+            Some((messages, unsubscribe)) => (Some(messages), Some(unsubscribe)),
+            None => (None, None),
+        };
+        let mut every = tokio::time::interval_at(Instant::now() + RELEARN_AFTER, RELEARN_AFTER);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let advisory = async {
+                match advisories.as_mut() {
+                    Some(messages) => messages.next().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(Option::is_some) => break,
+                () = stored.stale.notified() => {}
+                next = advisory => {
+                    if next.is_none() {
+                        // The subscription ended (the connection closed for good): the
+                        // periodic look goes on.
+                        advisories = None;
+                        continue;
+                    }
+                    // The rest of a burst (several streams made at once) is one relearn.
+                    while let Some(Some(_)) = advisories.as_mut().and_then(|m| m.next().now_or_never()) {}
+                }
+                _ = every.tick() => {}
+            }
+            learn(&*transport, &stored).await;
+        }
+        if let Some(unsubscribe) = unsubscribe {
+            unsubscribe.stop().await;
         }
     }
 }

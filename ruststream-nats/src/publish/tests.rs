@@ -13,6 +13,8 @@ struct Wire {
     /// A subject whose Core publish fails.
     failing: Option<&'static str>,
     sent: Mutex<Vec<(String, Headers)>>,
+    /// Streams besides `OUT`, created as the test goes.
+    more: Mutex<Vec<StreamSpec>>,
 }
 
 impl Transport for Wire {
@@ -61,12 +63,12 @@ impl Transport for Wire {
     }
 
     fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
-        Box::pin(async {
-            Ok(vec![StreamSpec {
-                name: "OUT".into(),
-                subjects: vec!["out.>".into()],
-            }])
-        })
+        let mut streams = vec![StreamSpec {
+            name: "OUT".into(),
+            subjects: vec!["out.>".into()],
+        }];
+        streams.extend(self.more.lock().expect("not poisoned").iter().cloned());
+        Box::pin(async move { Ok(streams) })
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>> {
@@ -95,6 +97,15 @@ impl Transport for Wire {
 }
 
 impl Wire {
+    /// Creates stream `name` storing `subject` (the wire announces nothing: its `subscribe`
+    /// fails).
+    fn create_stream(&self, name: &str, subject: &str) {
+        self.more.lock().expect("not poisoned").push(StreamSpec {
+            name: name.into(),
+            subjects: vec![subject.into()],
+        });
+    }
+
     /// What was sent, in order: `"<core|stored> <subject>"` and the headers.
     fn sent(&self) -> Vec<(String, Headers)> {
         self.sent.lock().expect("not poisoned").clone()
@@ -122,6 +133,7 @@ fn failing_publisher(
         answer,
         failing,
         sent: Mutex::new(Vec::new()),
+        more: Mutex::new(Vec::new()),
     });
     let publisher = NatsPublisher::new(Arc::clone(&wire) as Arc<dyn Transport>);
     (wire, publisher)
@@ -397,4 +409,41 @@ mod filter {
             );
         }
     }
+}
+
+/// A running app's publisher whose connection cannot see the stream advisories (this wire's
+/// `subscribe` fails) still learns a new stream, at the periodic look; and at once when a
+/// publish found a stream gone.
+#[tokio::test(start_paused = true)]
+async fn without_the_advisories_a_new_stream_is_learned_at_the_periodic_look() {
+    let (wire, publisher) = publisher(stored_ack);
+    let watch = publisher.watch_streams().await;
+    publisher.learn().await;
+    let (stop, signal) = tokio::sync::watch::channel(None);
+    let watching = tokio::spawn(watch.run(signal));
+
+    wire.create_stream("LATE", "late.>");
+    tokio::time::sleep(RELEARN_AFTER / 2).await;
+    assert_eq!(
+        publisher.stream_of("late.issued"),
+        None,
+        "not before the look"
+    );
+    tokio::time::sleep(RELEARN_AFTER / 2 + Duration::from_millis(1)).await;
+    assert_eq!(publisher.stream_of("late.issued").as_deref(), Some("LATE"));
+
+    // A publish that found its stream gone wakes the watcher: no time passes.
+    wire.create_stream("LATER", "later.>");
+    publisher.stored.forget();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        publisher.stream_of("later.issued").as_deref(),
+        Some("LATER")
+    );
+
+    stop.send(Some(Instant::now()))
+        .expect("the watcher listens");
+    watching.await.expect("the watcher stops");
 }

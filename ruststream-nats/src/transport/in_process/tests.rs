@@ -52,3 +52,36 @@ async fn every_row_of_the_shared_subject_table() {
         );
     }
 }
+
+/// A stream created or changed is announced as a server announces it, on the advisory
+/// subjects a running app's publisher listens to; declaring it again unchanged is not.
+#[tokio::test(start_paused = true)]
+async fn a_stream_created_or_changed_is_announced() {
+    use futures::{FutureExt as _, StreamExt as _};
+    let nats = InProcessNats::new();
+    let (mut advisories, _unsubscribe) = nats
+        .subscribe(crate::publish::STREAM_ADVISORIES.into(), None)
+        .await
+        .expect("subscribed");
+    let declare = |subject: &str| StreamSpec {
+        name: "ORDERS".into(),
+        subjects: vec![subject.into()],
+    };
+    let mut next = || {
+        advisories
+            .next()
+            .now_or_never()
+            .flatten()
+            .map(|m| m.expect("a message").subject.to_string())
+    };
+    for (subjects, announced) in [
+        ("orders.>", Some("$JS.EVENT.ADVISORY.STREAM.CREATED.ORDERS")),
+        ("orders.>", None),
+        ("orders.*", Some("$JS.EVENT.ADVISORY.STREAM.UPDATED.ORDERS")),
+    ] {
+        nats.declare_stream(declare(subjects))
+            .await
+            .expect("declared");
+        assert_eq!(next().as_deref(), announced, "declaring `{subjects}`");
+    }
+}

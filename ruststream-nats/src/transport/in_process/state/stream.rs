@@ -267,8 +267,13 @@ impl State {
             }
         }
         self.activity += 1;
-        match self.streams.get_mut(&spec.name) {
-            Some(stream) => stream.subjects = spec.subjects,
+        let name = spec.name.clone();
+        let action = match self.streams.get_mut(&spec.name) {
+            Some(stream) if stream.subjects == spec.subjects => None,
+            Some(stream) => {
+                stream.subjects = spec.subjects;
+                Some("UPDATED")
+            }
             None => {
                 self.streams.insert(
                     spec.name,
@@ -282,9 +287,32 @@ impl State {
                         last_msg_id: None,
                     },
                 );
+                Some("CREATED")
             }
+        };
+        if let Some(action) = action {
+            self.advise(&name, action);
         }
         Ok(())
+    }
+
+    /// Announces a change to stream `name` as a server does: a Core message on
+    /// `$JS.EVENT.ADVISORY.STREAM.<action>.<name>` (its JSON body reduced to the type, the
+    /// stream and the action).
+    fn advise(&mut self, name: &str, action: &str) {
+        let body = serde_json::json!({
+            "type": "io.nats.jetstream.advisory.v1.stream_action",
+            "stream": name,
+            "action": action.to_lowercase(),
+        });
+        let advisory = RawMessage {
+            subject: Arc::from(format!("$JS.EVENT.ADVISORY.STREAM.{action}.{name}")),
+            reply: None,
+            headers: Headers::new(),
+            payload: Bytes::from(body.to_string()),
+            jetstream: None,
+        };
+        self.route(&advisory);
     }
 
     pub(in crate::transport::in_process) fn stream_exists(&self, name: &str) -> bool {
