@@ -17,10 +17,11 @@
 //!
 //! One concept a file: `streams.rs` (listing, finding and declaring streams), `consumer.rs`
 //! (opening, resuming and checking pull consumers),
-//! `kv.rs` (key-value buckets), `pull.rs` (the continuous pull of one consumer), `reading.rs` (reading a subscription or a pull in the runtime's
+//! `kv.rs` (key-value buckets), `answer.rs` (a stream's answer to a stored publish), `pull.rs` (the continuous pull of one consumer), `reading.rs` (reading a subscription or a pull in the runtime's
 //! task, and stopping it), `headers.rs` (headers to and from async-nats), `errors.rs` (async-nats
 //! errors as [`TransportError`]s). This file holds the transport and its `Transport` methods.
 
+mod answer;
 mod consumer;
 mod errors;
 mod headers;
@@ -38,7 +39,8 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use ruststream::{BoxError, Headers};
 
-use self::errors::{kv_error, read_stored_ack, stored_publish_error, stored_request_error};
+use self::answer::read_stored_ack;
+use self::errors::{kv_error, stored_publish_error, stored_request_error};
 pub use self::headers::{from_header_map, to_header_map};
 use self::pull::{Lookahead, Puller};
 use self::reading::{Pumped, raw, reading};
@@ -147,12 +149,13 @@ impl NatsTransport {
     /// the trace context already (taken when the publish is asked for, not when it is polled).
     ///
     /// The same message on the wire as async-nats's JetStream publish (a request on the
-    /// client's shared inbox, answered by the stream), and the same errors
-    /// ([`read_stored_ack`]), without what that publish adds around it for every message: an
-    /// in-flight permit, a boxed acknowledgement future, and a generic reading of the answer
-    /// that buffers it whole, tries it as an error first and formats that attempt's failure
-    /// (callgrind: about 3 700 of its 5 500 instructions a confirmed reply, in serde's
-    /// buffering and in making the error).
+    /// client's shared inbox, answered by the stream), and the same errors (`answer.rs`),
+    /// without what that publish adds around it for every message: an in-flight permit, a
+    /// boxed acknowledgement future, and a generic reading of the answer that buffers it
+    /// whole, tries it as an error first and formats that attempt's failure (callgrind: about
+    /// 3 700 of its 5 500 instructions a confirmed reply, in serde's buffering and in making
+    /// the error). The request waits for room in the client's command queue as every Core
+    /// publish does, then up to [`STORED_ACK_TIMEOUT`] for the answer.
     async fn stored(
         &self,
         subject: Target,
