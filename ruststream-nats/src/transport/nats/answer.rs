@@ -38,34 +38,41 @@ pub(super) fn read_stored_ack(answer: &[u8]) -> Result<StoredAck, PublishError> 
     if let Some(ack) = flat_ack(answer) {
         return Ok(ack);
     }
-    let answer: Answer =
-        serde_json::from_slice(answer).map_err(|err| PublishError::with_source(K::Other, err))?;
-    match answer {
-        Answer {
-            error: Some(error), ..
-        } => Err(match error.error_code() {
-            jetstream::ErrorCode::STREAM_WRONG_LAST_MESSAGE_ID => {
-                PublishError::with_source(K::WrongLastMessageId, error)
-            }
-            jetstream::ErrorCode::STREAM_WRONG_LAST_SEQUENCE => {
-                PublishError::with_source(K::WrongLastSequence, error)
-            }
-            _ => PublishError::with_source(K::Other, error),
-        }),
-        Answer {
-            stream: Some(stream),
-            seq: Some(sequence),
-            duplicate,
-            error: None,
-        } => Ok(StoredAck {
-            stream,
-            sequence,
-            duplicate,
-        }),
-        Answer { .. } => Err(PublishError::with_source(
-            K::Other,
-            "the answer names no stream and sequence, and no error",
-        )),
+    serde_json::from_slice::<Answer>(answer)
+        .map_err(|err| PublishError::with_source(K::Other, err))?
+        .decide()
+}
+
+impl Answer {
+    /// The acknowledgement, the refusal, or that the answer is neither.
+    fn decide(self) -> Result<StoredAck, PublishError> {
+        match self {
+            Self {
+                error: Some(error), ..
+            } => Err(match error.error_code() {
+                jetstream::ErrorCode::STREAM_WRONG_LAST_MESSAGE_ID => {
+                    PublishError::with_source(K::WrongLastMessageId, error)
+                }
+                jetstream::ErrorCode::STREAM_WRONG_LAST_SEQUENCE => {
+                    PublishError::with_source(K::WrongLastSequence, error)
+                }
+                _ => PublishError::with_source(K::Other, error),
+            }),
+            Self {
+                stream: Some(stream),
+                seq: Some(sequence),
+                duplicate,
+                error: None,
+            } => Ok(StoredAck {
+                stream,
+                sequence,
+                duplicate,
+            }),
+            Self { .. } => Err(PublishError::with_source(
+                K::Other,
+                "the answer names no stream and sequence, and no error",
+            )),
+        }
     }
 }
 
@@ -334,19 +341,7 @@ mod tests {
 
     /// `serde_json`'s reading of `answer`, the reference the scan is held to.
     fn by_serde(answer: &[u8]) -> Option<StoredAck> {
-        match serde_json::from_slice::<Answer>(answer).ok()? {
-            Answer {
-                stream: Some(stream),
-                seq: Some(sequence),
-                duplicate,
-                error: None,
-            } => Some(StoredAck {
-                stream,
-                sequence,
-                duplicate,
-            }),
-            _ => None,
-        }
+        serde_json::from_slice::<Answer>(answer).ok()?.decide().ok()
     }
 
     /// A string value: plain, or with escapes, control characters, non-ASCII.
