@@ -17,7 +17,9 @@
 //!
 //! One concept a file: `streams.rs` (listing, finding and declaring streams), `consumer.rs`
 //! (opening, resuming and checking pull consumers),
-//! `kv.rs` (key-value buckets), `answer.rs` (a stream's answer to a stored publish), `pull.rs` (the continuous pull of one consumer), `reading.rs` (reading a subscription or a pull in the runtime's
+//! `kv.rs` (key-value buckets), `answer.rs` (a stream's answer to a stored publish), `homes.rs`
+//! (stored publishes' futures kept for the next one), `pull.rs` (the continuous pull of one
+//! consumer), `reading.rs` (reading a subscription or a pull in the runtime's
 //! task, and stopping it), `headers.rs` (headers to and from async-nats), `errors.rs` (async-nats
 //! errors as [`TransportError`]s). This file holds the transport and its `Transport` methods.
 
@@ -25,6 +27,7 @@ mod answer;
 mod consumer;
 mod errors;
 mod headers;
+mod homes;
 mod kv;
 mod pull;
 mod reading;
@@ -42,6 +45,7 @@ use ruststream::{BoxError, Headers};
 use self::answer::read_stored_ack;
 use self::errors::{kv_error, stored_publish_error, stored_request_error};
 pub use self::headers::{from_header_map, to_header_map};
+use self::homes::Homes;
 use self::pull::{Lookahead, Puller};
 use self::reading::{Pumped, raw, reading};
 use super::{
@@ -68,7 +72,11 @@ const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 /// (streams, pull consumers, stored publishes) on the same connection.
 #[derive(Clone)]
 pub struct NatsTransport {
-    client: async_nats::Client,
+    /// Shared, so that a stored publish's future owns its client (and can be kept in
+    /// `homes` after it finished) for the price of one reference count.
+    client: Arc<async_nats::Client>,
+    /// The finished stored publishes' boxes, for the next ones (`homes.rs`).
+    homes: Arc<Homes>,
     jetstream: jetstream::Context,
     /// Where Core subscriptions are recorded, to name them when they drop messages.
     events: Option<Arc<Events>>,
@@ -89,7 +97,8 @@ impl NatsTransport {
     pub fn new(client: async_nats::Client) -> Self {
         let jetstream = jetstream::new(client.clone());
         Self {
-            client,
+            client: Arc::new(client),
+            homes: Arc::default(),
             jetstream,
             events: None,
             kv: Arc::default(),
@@ -144,35 +153,48 @@ impl NatsTransport {
         }
     }
 
-    /// Publishes to a stream and waits for its acknowledgement: what both
-    /// [`Transport::publish_stored`] and [`Transport::publish_confirmed`] do. `headers` carry
-    /// the trace context already (taken when the publish is asked for, not when it is polled).
-    ///
-    /// The same message on the wire as async-nats's JetStream publish (a request on the
-    /// client's shared inbox, answered by the stream), and the same errors (`answer.rs`),
-    /// without what that publish adds around it for every message: an in-flight permit, a
-    /// boxed acknowledgement future, and a generic reading of the answer that buffers it
-    /// whole, tries it as an error first and formats that attempt's failure (callgrind: about
-    /// 3 700 of its 5 500 instructions a confirmed reply, in serde's buffering and in making
-    /// the error). The request waits for room in the client's command queue as every Core
-    /// publish does, then up to [`STORED_ACK_TIMEOUT`] for the answer.
-    async fn stored(
+    /// Publishes to a stream and waits for its acknowledgement ([`stored`]), in a kept home
+    /// (`homes.rs`): what [`Transport::publish_stored`] and [`Transport::publish_confirmed`]
+    /// do.
+    fn stored(
         &self,
         subject: Target,
         headers: HeaderMap,
         payload: Bytes,
-    ) -> Result<StoredAck, TransportError> {
-        let request = async_nats::Request::new()
-            .headers(headers)
-            .payload(payload)
-            .timeout(Some(STORED_ACK_TIMEOUT));
-        let answer = self
-            .client
-            .send_request(nats_subject(&subject), request)
-            .await
-            .map_err(|err| stored_publish_error(&subject, stored_request_error(err)))?;
-        read_stored_ack(&answer.payload).map_err(|err| stored_publish_error(&subject, err))
+    ) -> impl Future<Output = Result<StoredAck, TransportError>> + Send + '_ {
+        let client = Arc::clone(&self.client);
+        self.homes
+            .run(move || stored(client, subject, headers, payload))
     }
+}
+
+/// Publishes to a stream and waits for its acknowledgement. `headers` carry the trace context
+/// already (taken when the publish is asked for, not when it is polled).
+///
+/// The same message on the wire as async-nats's JetStream publish (a request on the client's
+/// shared inbox, answered by the stream), and the same errors (`answer.rs`), without what
+/// that publish adds around it for every message: an in-flight permit, a boxed
+/// acknowledgement future, and a generic reading of the answer that buffers it whole, tries
+/// it as an error first and formats that attempt's failure (callgrind: about 3 700 of its
+/// 5 500 instructions a confirmed reply, in serde's buffering and in making the error). The
+/// request waits for room in the client's command queue as every Core publish does, then up
+/// to [`STORED_ACK_TIMEOUT`] for the answer. It owns its client (a shared one), so that its
+/// box can be kept for the next publish ([`NatsTransport::stored`]).
+async fn stored(
+    client: Arc<async_nats::Client>,
+    subject: Target,
+    headers: HeaderMap,
+    payload: Bytes,
+) -> Result<StoredAck, TransportError> {
+    let request = async_nats::Request::new()
+        .headers(headers)
+        .payload(payload)
+        .timeout(Some(STORED_ACK_TIMEOUT));
+    let answer = client
+        .send_request(nats_subject(&subject), request)
+        .await
+        .map_err(|err| stored_publish_error(&subject, stored_request_error(err)))?;
+    read_stored_ack(&answer.payload).map_err(|err| stored_publish_error(&subject, err))
 }
 
 /// `subject` as async-nats keeps it: a static subject as it is, a shared one copied once
@@ -431,7 +453,7 @@ impl Transport for NatsTransport {
                 expires: spec.expires,
             };
             let puller = Puller::open(
-                self.client.clone(),
+                (*self.client).clone(),
                 &info.stream_name,
                 &info.name,
                 lookahead,
@@ -593,12 +615,10 @@ impl Transport for NatsTransport {
 mod tests {
     use super::*;
 
-    /// [`NatsTransport::stored`]'s future is boxed for every stored output. With async-nats
-    /// 0.51's `send_request` it is 1 248 bytes: above glibc's small sizes, so `malloc` takes it
-    /// from its large bins (callgrind: about 640 instructions a confirmed reply more in
-    /// `_int_malloc`), which reading the stream's answer directly more than pays for (2 500
-    /// instructions a confirmed reply fewer in all). A new async-nats version or another await
-    /// in `stored` that makes it larger again should be a choice, not an accident.
+    /// [`stored`]'s future is what every stored output writes into its home (`homes.rs`), and
+    /// what each kept home holds. With async-nats 0.51's `send_request` it is 1 256 bytes. A
+    /// new async-nats version or another await in `stored` that makes it larger should be a
+    /// choice, not an accident.
     #[tokio::test]
     async fn a_stored_publish_does_not_grow_unnoticed() {
         // Connecting in the background: nothing is sent, the future is only measured.
@@ -608,7 +628,8 @@ mod tests {
             .await
             .expect("a client that connects later");
         let transport = NatsTransport::new(client);
-        let publish = transport.stored(
+        let publish = stored(
+            Arc::clone(&transport.client),
             Target::Static("orders.placed"),
             HeaderMap::new(),
             Bytes::new(),
@@ -616,7 +637,7 @@ mod tests {
         let size = std::mem::size_of_val(&publish);
         assert!(
             size <= 1280,
-            "the stored publish's future is {size} bytes; boxed per publish, it was 1 248"
+            "the stored publish's future is {size} bytes; it was 1 256"
         );
     }
 }
