@@ -175,11 +175,14 @@ impl StoredSubjects {
 pub(crate) struct NatsPublisher {
     transport: Arc<dyn Transport>,
     stored: Arc<StoredSubjects>,
+    /// The transport's [`Transport::hands_writes_to_a_task`], asked once.
+    yields_after_response: bool,
 }
 
 impl NatsPublisher {
     pub(crate) fn new(transport: Arc<dyn Transport>) -> Self {
         Self {
+            yields_after_response: transport.hands_writes_to_a_task(),
             transport,
             stored: Arc::default(),
         }
@@ -286,6 +289,9 @@ impl NatsPublisher {
                 }
             };
             self.core(subjects, &headers, payload).await?;
+            if inbox.is_some() {
+                self.let_the_response_out().await;
+            }
             return Ok(None);
         };
         // The response goes after the confirmed output, without its message id.
@@ -346,8 +352,20 @@ impl NatsPublisher {
         };
         if let Some((inbox, headers)) = response {
             self.core(&[inbox], &headers, payload).await?;
+            self.let_the_response_out().await;
         }
         Ok(ack)
+    }
+
+    /// After a response was handed to the transport: when the transport's own task writes it
+    /// (async-nats), yields once, so that task writes the response before this one goes on.
+    /// A requester waits for the response; what follows the handler (its result, the
+    /// settlement, the metrics, taking the next message) can wait for the write instead.
+    /// Costs one poll of the runtime's I/O driver, after the write, when nothing else is ready.
+    async fn let_the_response_out(&self) {
+        if self.yields_after_response {
+            tokio::task::yield_now().await;
+        }
     }
 
     /// Core-publishes the same message to each of `subjects`, in order.

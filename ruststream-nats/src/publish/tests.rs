@@ -15,6 +15,8 @@ struct Wire {
     sent: Mutex<Vec<(String, Headers)>>,
     /// Streams besides `OUT`, created as the test goes.
     more: Mutex<Vec<StreamSpec>>,
+    /// What [`Transport::hands_writes_to_a_task`] answers.
+    hands_off: bool,
 }
 
 impl Transport for Wire {
@@ -60,6 +62,10 @@ impl Transport for Wire {
             .push((format!("stored {subject}"), headers));
         let answer = (self.answer)();
         Box::pin(async move { answer })
+    }
+
+    fn hands_writes_to_a_task(&self) -> bool {
+        self.hands_off
     }
 
     fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
@@ -134,6 +140,23 @@ fn failing_publisher(
         failing,
         sent: Mutex::new(Vec::new()),
         more: Mutex::new(Vec::new()),
+        hands_off: false,
+    });
+    let publisher = NatsPublisher::new(Arc::clone(&wire) as Arc<dyn Transport>);
+    (wire, publisher)
+}
+
+/// [`publisher`] over a wire whose publishes are written by a task of its own, as
+/// async-nats's are.
+fn handing_off_publisher(
+    answer: fn() -> Result<StoredAck, TransportError>,
+) -> (Arc<Wire>, NatsPublisher) {
+    let wire = Arc::new(Wire {
+        answer,
+        failing: None,
+        sent: Mutex::new(Vec::new()),
+        more: Mutex::new(Vec::new()),
+        hands_off: true,
     });
     let publisher = NatsPublisher::new(Arc::clone(&wire) as Arc<dyn Transport>);
     (wire, publisher)
@@ -342,6 +365,75 @@ async fn a_stream_gone_since_learned_publishes_the_output_on_core_then_the_respo
         ]
     );
     assert_eq!(sent[1].1, sent[2].1);
+}
+
+/// Over a transport whose own task writes what is published (async-nats), the publish that
+/// answers a request yields once after handing the response over, so that task writes it before
+/// the handler's task goes on; an output without a response, or a transport that writes as it
+/// publishes, does not yield.
+#[tokio::test]
+async fn a_response_handed_to_a_writing_task_is_followed_by_one_yield() {
+    // (wire, input, output subject, expected sent before the yield, whether it yields)
+    let request = request_input();
+    let plain = Delivery::new("orders.placed", Bytes::from_static(b"{}"));
+    let cases: [(_, _, &'static str, &[&str], bool); 5] = [
+        (
+            handing_off_publisher(stored_ack),
+            &request,
+            "answered",
+            &["core _INBOX.r.1", "core answered"],
+            true,
+        ),
+        (
+            handing_off_publisher(stored_ack),
+            &request,
+            "out.answered",
+            &["stored out.answered", "core _INBOX.r.1"],
+            true,
+        ),
+        (
+            handing_off_publisher(stored_ack),
+            &plain,
+            "answered",
+            &["core answered"],
+            false,
+        ),
+        (
+            publisher(stored_ack),
+            &request,
+            "answered",
+            &["core _INBOX.r.1", "core answered"],
+            false,
+        ),
+        (
+            publisher(stored_ack),
+            &request,
+            "out.answered",
+            &["stored out.answered", "core _INBOX.r.1"],
+            false,
+        ),
+    ];
+    for ((wire, publisher), input, subject, sent, yields) in cases {
+        publisher.learn().await;
+        let mut publishing = publisher.publish_encoded(encoded(subject, input));
+        let first = futures::poll!(&mut publishing);
+        assert_eq!(wire.subjects(), sent, "{subject}: all handed over at once");
+        if yields {
+            assert!(first.is_pending(), "{subject}: yields after the response");
+            publishing.await.expect("published");
+        } else {
+            assert!(
+                matches!(first, std::task::Poll::Ready(Ok(()))),
+                "{subject}, {:?}: done without a yield",
+                input.reply()
+            );
+        }
+        assert_eq!(
+            wire.subjects(),
+            sent,
+            "{subject}: nothing more after the yield"
+        );
+    }
 }
 
 #[test]

@@ -388,6 +388,16 @@ pub trait Transport: Send + Sync + 'static {
         })
     }
 
+    /// Whether a publish only hands the message to another task, which writes it to the
+    /// connection (async-nats's connection task): the message is on the wire only once the
+    /// publishing task lets that task run. The publisher then yields once after a response
+    /// to a request, so that the response is written before the runtime's work after the
+    /// handler (the settlement, the metrics, the next message). `false` by default: the
+    /// in-process NATS delivers a message as it is published.
+    fn hands_writes_to_a_task(&self) -> bool {
+        false
+    }
+
     /// Publishes to a stream and waits for the stream's acknowledgement; returns the stream
     /// sequence. `NoStream` when no stream stores the subject.
     fn publish_stored(

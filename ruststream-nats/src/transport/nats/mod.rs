@@ -281,6 +281,11 @@ impl Transport for NatsTransport {
         })
     }
 
+    // async-nats's `publish` sends the message to the connection's task, which writes it.
+    fn hands_writes_to_a_task(&self) -> bool {
+        true
+    }
+
     fn publish_stored(
         &self,
         subject: Arc<str>,
