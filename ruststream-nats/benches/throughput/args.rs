@@ -94,6 +94,8 @@ pub enum Scenario {
     JsLanes,
     /// Request/reply round trips, one at a time.
     Request,
+    /// Request/reply with 32 requests in flight (32 requesters, each one at a time).
+    RequestMany,
     /// JetStream with 1 ms of I/O per message, at several concurrencies.
     JsIo,
     /// Publish -> handler latency at 2 000 msg/s, Core and JetStream.

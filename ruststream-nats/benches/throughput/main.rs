@@ -154,6 +154,9 @@ async fn run(args: Args, server: Option<&NatsServer>) {
     if args.runs(Scenario::Request) {
         rows.push(scenarios::request::run(&bench).await);
     }
+    if args.runs(Scenario::RequestMany) {
+        rows.push(scenarios::request::run_many(&bench).await);
+    }
     let io_rows = if args.runs(Scenario::JsIo) {
         scenarios::jetstream::io(&bench).await
     } else {

@@ -1,7 +1,9 @@
 //! Request/reply: a requester on a second connection sends orders as requests one after the
 //! other; the responder decodes the order, publishes an event and answers with a receipt. Raw:
 //! an async-nats subscriber doing that; RustStream: a `#[subscriber("bench.rpc", reply)]`
-//! handler. Counts answered requests per second.
+//! handler. Counts answered requests per second. The same with many requests in flight
+//! (`request-many`): requesters at once, each one request at a time, so the responder has a
+//! backlog to answer.
 
 use std::sync::Arc;
 
@@ -19,7 +21,10 @@ use crate::scenarios::{Bench, PATIENCE};
 
 const SUBJECT: &str = "bench.rpc";
 
-async fn round(side: Side, url: &str, n: u64) -> Sample {
+/// How many requests are in flight in `request-many`.
+const IN_FLIGHT: u64 = 32;
+
+async fn round(side: Side, url: &str, n: u64, in_flight: u64) -> Sample {
     let counter = Counter::new(n, Record::Window);
     let responder = async_nats::connect(url).await.expect("connects");
     let (task, running) = match side {
@@ -66,14 +71,22 @@ async fn round(side: Side, url: &str, n: u64) -> Sample {
                 .expect("the requester connects");
             let body = payload(0, 0);
             let order = order(0, 0);
-            for _ in 0..n {
-                let response = client
-                    .request(SUBJECT, body.clone())
-                    .await
-                    .expect("answered");
-                debug_assert!(!response.payload.is_empty());
-                c.hit(&order);
-            }
+            // `n` requests shared by `in_flight` requesters, each one at a time.
+            let requesters = (0..in_flight).map(|i| {
+                let (client, body, c, order) = (&client, &body, &c, &order);
+                let share = n / in_flight + u64::from(i < n % in_flight);
+                async move {
+                    for _ in 0..share {
+                        let response = client
+                            .request(SUBJECT, body.clone())
+                            .await
+                            .expect("answered");
+                        debug_assert!(!response.payload.is_empty());
+                        c.hit(order);
+                    }
+                }
+            });
+            futures::future::join_all(requesters).await;
         }
     });
     counter.wait("request/reply", PATIENCE).await;
@@ -91,11 +104,24 @@ pub async fn run(bench: &Bench<'_>) -> Row {
     let n = bench.args.messages(20_000);
     eprintln!("request/reply round trip, {n} requests ...");
     let rounds = by_side(bench.args.rounds, &bench.args.sides(), |side, _| {
-        round(side, bench.url, n)
+        round(side, bench.url, n, 1)
     })
     .await;
     Row {
         scenario: format!("Request/reply round trip, one at a time ({n} requests)"),
+        rounds,
+    }
+}
+
+pub async fn run_many(bench: &Bench<'_>) -> Row {
+    let n = bench.args.messages(100_000);
+    eprintln!("request/reply, {IN_FLIGHT} in flight, {n} requests ...");
+    let rounds = by_side(bench.args.rounds, &bench.args.sides(), |side, _| {
+        round(side, bench.url, n, IN_FLIGHT)
+    })
+    .await;
+    Row {
+        scenario: format!("Request/reply, {IN_FLIGHT} requests in flight ({n} requests)"),
         rounds,
     }
 }
