@@ -104,6 +104,49 @@ async fn a_raw_request_to_a_reply_handler_gets_the_value_and_the_outgoing_subjec
     running.stop().await.expect("a clean stop");
 }
 
+/// How many requests [`a_backlog_of_requests_is_answered_each_with_its_own_value`] sends at once.
+const BURST: i64 = 300;
+
+/// Requests sent at once reach the handler as a backlog: each one it takes looks at what is
+/// ready behind it (a request with nothing behind has its response written at once, one with a
+/// request behind leaves that one to be taken next). Every request still gets its own answer, and
+/// the outgoing subject sees each value once.
+#[tokio::test]
+async fn a_backlog_of_requests_is_answered_each_with_its_own_value() {
+    let (server, client) = live_server().await;
+    let running = start_on(&server, mount).await;
+    let events = Recorder::start(&client, ["math.doubled"]).await;
+
+    let asks = (1..=BURST).map(|value| {
+        let client = client.clone();
+        async move {
+            let response = client
+                .request("math.double", format!(r#"{{"value":{value}}}"#).into())
+                .await
+                .expect("answered");
+            let doubled: Doubled = serde_json::from_slice(&response.payload).expect("a Doubled");
+            (value, doubled.value)
+        }
+    });
+    for (value, answer) in futures::future::join_all(asks).await {
+        assert_eq!(answer, value * 2, "the answer to {value}");
+    }
+    let mut seen: Vec<i64> = events
+        .until(usize::try_from(BURST).expect("small"))
+        .await
+        .iter()
+        .map(|m| {
+            serde_json::from_slice::<Doubled>(&m.payload)
+                .expect("a Doubled")
+                .value
+        })
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=BURST).map(|v| v * 2).collect::<Vec<_>>());
+
+    running.stop().await.expect("a clean stop");
+}
+
 #[tokio::test]
 async fn a_typed_request_from_outside_and_inside_a_handler() {
     let (server, client) = live_server().await;
@@ -179,6 +222,33 @@ async fn a_typed_request_from_outside_and_inside_a_handler() {
 fn app() -> impl App<State = ()> {
     RustStream::new(AppInfo::new("math", "0.1.0"))
         .with_broker(NatsBroker::new("nats://127.0.0.1:1"), mount)
+}
+
+/// [`a_backlog_of_requests_is_answered_each_with_its_own_value`] in process.
+#[tokio::test(start_paused = true)]
+async fn test_app_answers_a_backlog_of_requests_each_with_its_own_value() {
+    let t = TestApp::start(app()).await.expect("the app starts");
+    let asks = (1..=BURST).map(|value| {
+        let t = &t;
+        async move {
+            let doubled: Doubled = t
+                .request("math.double", &Number { value }, Duration::from_secs(5))
+                .await
+                .expect("answered");
+            (value, doubled.value)
+        }
+    });
+    for (value, answer) in futures::future::join_all(asks).await {
+        assert_eq!(answer, value * 2, "the answer to {value}");
+    }
+    t.settle().await;
+    let mut seen: Vec<i64> = t
+        .published::<Doubled>("math.doubled")
+        .into_iter()
+        .map(|d| d.value)
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (1..=BURST).map(|v| v * 2).collect::<Vec<_>>());
 }
 
 #[tokio::test(start_paused = true)]

@@ -391,6 +391,7 @@ impl Broker for NatsBroker {
                     linger,
                     progress: Arc::default(),
                     idempotency,
+                    ahead: None,
                 };
                 sources.push(tokio::spawn(source.run()));
             }

@@ -170,6 +170,14 @@ impl StoredSubjects {
     }
 }
 
+/// Marks a Core request that reached its registration while the registration waited for
+/// messages (none was ready before it). Such a request's response is written before the
+/// handling goes on ([`NatsPublisher`]'s `let_the_response_out`). A request taken from a
+/// backlog is not marked: its response goes out with the others', once the handler's task next
+/// waits, and the task answers the backlog without a pause between requests.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AwaitedRequest;
+
 /// Publishes a handler's messages through the transport.
 #[derive(Clone)]
 pub(crate) struct NatsPublisher {
@@ -290,7 +298,7 @@ impl NatsPublisher {
             };
             self.core(subjects, &headers, payload).await?;
             if inbox.is_some() {
-                self.let_the_response_out().await;
+                self.let_the_response_out(origin.as_ref()).await;
             }
             return Ok(None);
         };
@@ -352,18 +360,23 @@ impl NatsPublisher {
         };
         if let Some((inbox, headers)) = response {
             self.core(&[inbox], &headers, payload).await?;
-            self.let_the_response_out().await;
+            self.let_the_response_out(origin.as_ref()).await;
         }
         Ok(ack)
     }
 
     /// After a response was handed to the transport: when the transport's own task writes it
-    /// (async-nats), yields once, so that task writes the response before this one goes on.
-    /// A requester waits for the response; what follows the handler (its result, the
-    /// settlement, the metrics, taking the next message) can wait for the write instead.
-    /// Costs one poll of the runtime's I/O driver, after the write, when nothing else is ready.
-    async fn let_the_response_out(&self) {
-        if self.yields_after_response {
+    /// (async-nats) and the request was awaited ([`AwaitedRequest`]), yields once, so that task
+    /// writes the response before this one goes on. The requester waits for the response; what
+    /// follows the handler (its result, the settlement, the metrics, taking the next message)
+    /// can wait for the write instead. It costs a poll of the runtime's I/O driver and of the
+    /// handling again, and a write of its own: worth it for a request that found its
+    /// registration idle, not for one of a backlog (whose responses go out together when the
+    /// task next waits).
+    async fn let_the_response_out(&self, origin: Option<&Origin<'_>>) {
+        if self.yields_after_response
+            && origin.is_some_and(|origin| origin.delivery.extension::<AwaitedRequest>().is_some())
+        {
             tokio::task::yield_now().await;
         }
     }

@@ -368,15 +368,31 @@ async fn a_stream_gone_since_learned_publishes_the_output_on_core_then_the_respo
 }
 
 /// Over a transport whose own task writes what is published (async-nats), the publish that
-/// answers a request yields once after handing the response over, so that task writes it before
-/// the handler's task goes on; an output without a response, or a transport that writes as it
-/// publishes, does not yield.
+/// answers an awaited request yields once after handing the response over, so that task writes
+/// it before the handler's task goes on; a request from a backlog, an output without a
+/// response, or a transport that writes as it publishes, does not yield.
 #[tokio::test]
 async fn a_response_handed_to_a_writing_task_is_followed_by_one_yield() {
     // (wire, input, output subject, expected sent before the yield, whether it yields)
-    let request = request_input();
+    let mut request = request_input();
+    let backlog = request_input();
+    request.extensions_mut().insert(AwaitedRequest);
     let plain = Delivery::new("orders.placed", Bytes::from_static(b"{}"));
-    let cases: [(_, _, &'static str, &[&str], bool); 5] = [
+    let cases: [(_, _, &'static str, &[&str], bool); 7] = [
+        (
+            handing_off_publisher(stored_ack),
+            &backlog,
+            "answered",
+            &["core _INBOX.r.1", "core answered"],
+            false,
+        ),
+        (
+            handing_off_publisher(stored_ack),
+            &backlog,
+            "out.answered",
+            &["stored out.answered", "core _INBOX.r.1"],
+            false,
+        ),
         (
             handing_off_publisher(stored_ack),
             &request,

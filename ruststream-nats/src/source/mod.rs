@@ -56,7 +56,7 @@ pub(crate) use self::incoming::incoming_capped;
 pub(crate) use self::progress::Progress;
 use crate::JetStreamInfo;
 use crate::executor::{Executor, Incoming};
-use crate::publish::NatsPublisher;
+use crate::publish::{AwaitedRequest, NatsPublisher};
 use crate::transport::{MessageStream, RawMessage, Subscription, TransportError, Unsubscribe};
 
 /// How long a source waits after the transport reported an error, so a failing connection does
@@ -96,6 +96,9 @@ pub(crate) struct Source {
     pub(crate) progress: Arc<Progress>,
     /// The bucket of the keys handled, when the registration is idempotent.
     pub(crate) idempotency: Option<Arc<crate::idempotency::Guard>>,
+    /// A message found ready behind a Core request as it was taken ([`Source::behind`]):
+    /// taken next, before anything else is read.
+    pub(crate) ahead: Option<Incoming>,
 }
 
 impl Source {
@@ -303,18 +306,22 @@ impl Source {
         deadline: Instant,
     ) {
         loop {
-            let next = match tokio::time::timeout_at(deadline, self.messages.next()).await {
-                Ok(Some(next)) => next,
-                Ok(None) | Err(_) => return,
-            };
-            let raw = match next {
-                Ok(raw) => raw,
-                Err(err) => {
-                    tracing::debug!(registration = self.endpoint.name(), %err, "while stopping");
-                    continue;
+            let incoming = match self.ahead.take() {
+                Some(ahead) => ahead,
+                None => {
+                    let next = match tokio::time::timeout_at(deadline, self.messages.next()).await {
+                        Ok(Some(next)) => next,
+                        Ok(None) | Err(_) => return,
+                    };
+                    match next {
+                        Ok(raw) => self.incoming(raw),
+                        Err(err) => {
+                            tracing::debug!(registration = self.endpoint.name(), %err, "while stopping");
+                            continue;
+                        }
+                    }
                 }
             };
-            let incoming = self.incoming(raw);
             match model {
                 DeliveryModel::JetStream => self.executor.release(&incoming).await,
                 DeliveryModel::Core => {
@@ -358,6 +365,9 @@ impl Source {
     ) -> Result<Option<Incoming>, Instant> {
         loop {
             let next = std::future::poll_fn(|cx| {
+                if let Some(ahead) = self.ahead.take() {
+                    return Poll::Ready(Ok(Ok(Some(self.behind(ahead)))));
+                }
                 // Changed (or the broker gone: the signal then resolves at once).
                 if watch.has_changed().unwrap_or(true)
                     && stop_sent(watch)
@@ -366,7 +376,10 @@ impl Source {
                     return Poll::Ready(Err(deadline));
                 }
                 match self.messages.poll_next_unpin(cx) {
-                    Poll::Ready(Some(Ok(raw))) => Poll::Ready(Ok(Ok(Some(self.incoming(raw))))),
+                    Poll::Ready(Some(Ok(raw))) => {
+                        let incoming = self.incoming(raw);
+                        Poll::Ready(Ok(Ok(Some(self.behind(incoming)))))
+                    }
                     Poll::Ready(Some(Err(err))) => Poll::Ready(Ok(Err(err))),
                     Poll::Ready(None) => Poll::Ready(Ok(Ok(None))),
                     // Waiting: woken by a message or by the stop.
@@ -427,6 +440,31 @@ impl Source {
             let _permit = permit;
             handling.await;
         });
+    }
+
+    /// `incoming`, the message `first` hands over: when it is a Core request (one message per
+    /// handler call), a look at what is ready behind it. With nothing ready, the request is
+    /// marked [`AwaitedRequest`]: its response is then written before the handling goes on,
+    /// since this task would otherwise settle, record and then wait with the response unsent.
+    /// A message ready behind it is kept in `ahead` and taken next; the response then goes out
+    /// with the next ones', when the task next waits.
+    fn behind(&mut self, mut incoming: Incoming) -> Incoming {
+        // A JetStream delivery has no reply inbox (its reply subject is the acknowledgement's);
+        // a batch is gathered from the stream itself.
+        if incoming.delivery.reply().is_none() || self.batch > 1 || self.ahead.is_some() {
+            return incoming;
+        }
+        // A look, not a wait: whatever waker this registers is replaced by `first`'s own
+        // before the task waits for messages.
+        let mut look = std::task::Context::from_waker(std::task::Waker::noop());
+        match self.messages.poll_next_unpin(&mut look) {
+            Poll::Ready(Some(Ok(raw))) => self.ahead = Some(self.incoming(raw)),
+            Poll::Pending => incoming.delivery.extensions_mut().insert(AwaitedRequest),
+            Poll::Ready(Some(Err(err))) => self.transport_error(&err),
+            // Ended: the next read says so again.
+            Poll::Ready(None) => {}
+        }
+        incoming
     }
 
     /// A message taken for handling (counted in the registration's [`Progress`]).
