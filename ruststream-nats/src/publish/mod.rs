@@ -170,11 +170,11 @@ impl StoredSubjects {
     }
 }
 
-/// Marks a Core request that reached its registration while the registration waited for
-/// messages (none was ready before it). Such a request's response is written before the
-/// handling goes on ([`NatsPublisher`]'s `let_the_response_out`). A request taken from a
-/// backlog is not marked: its response goes out with the others', once the handler's task next
-/// waits, and the task answers the backlog without a pause between requests.
+/// Marks a Core request that had nothing ready behind it as its registration took it (the
+/// source's `behind`). Such a request's response is written before the handling goes on
+/// ([`NatsPublisher`]'s `let_the_response_out`). A request with another message behind it is
+/// not marked: its response goes out with the next ones', once the handler's task next waits,
+/// and the task answers the backlog without a pause between requests.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AwaitedRequest;
 
@@ -370,9 +370,8 @@ impl NatsPublisher {
     /// writes the response before this one goes on. The requester waits for the response; what
     /// follows the handler (its result, the settlement, the metrics, taking the next message)
     /// can wait for the write instead. It costs a poll of the runtime's I/O driver and of the
-    /// handling again, and a write of its own: worth it for a request that found its
-    /// registration idle, not for one of a backlog (whose responses go out together when the
-    /// task next waits).
+    /// handling again, and a write of its own: worth it for a request with nothing behind it,
+    /// not for one of a backlog (whose responses go out together when the task next waits).
     async fn let_the_response_out(&self, origin: Option<&Origin<'_>>) {
         if self.yields_after_response
             && origin.is_some_and(|origin| origin.delivery.extension::<AwaitedRequest>().is_some())

@@ -135,15 +135,7 @@ fn failing_publisher(
     answer: fn() -> Result<StoredAck, TransportError>,
     failing: Option<&'static str>,
 ) -> (Arc<Wire>, NatsPublisher) {
-    let wire = Arc::new(Wire {
-        answer,
-        failing,
-        sent: Mutex::new(Vec::new()),
-        more: Mutex::new(Vec::new()),
-        hands_off: false,
-    });
-    let publisher = NatsPublisher::new(Arc::clone(&wire) as Arc<dyn Transport>);
-    (wire, publisher)
+    wire_publisher(answer, failing, false)
 }
 
 /// [`publisher`] over a wire whose publishes are written by a task of its own, as
@@ -151,12 +143,20 @@ fn failing_publisher(
 fn handing_off_publisher(
     answer: fn() -> Result<StoredAck, TransportError>,
 ) -> (Arc<Wire>, NatsPublisher) {
+    wire_publisher(answer, None, true)
+}
+
+fn wire_publisher(
+    answer: fn() -> Result<StoredAck, TransportError>,
+    failing: Option<&'static str>,
+    hands_off: bool,
+) -> (Arc<Wire>, NatsPublisher) {
     let wire = Arc::new(Wire {
         answer,
-        failing: None,
+        failing,
         sent: Mutex::new(Vec::new()),
         more: Mutex::new(Vec::new()),
-        hands_off: true,
+        hands_off,
     });
     let publisher = NatsPublisher::new(Arc::clone(&wire) as Arc<dyn Transport>);
     (wire, publisher)

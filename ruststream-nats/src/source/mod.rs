@@ -365,6 +365,7 @@ impl Source {
     ) -> Result<Option<Incoming>, Instant> {
         loop {
             let next = std::future::poll_fn(|cx| {
+                // Taken already: handed over before the stop is looked at, so it is not lost.
                 if let Some(ahead) = self.ahead.take() {
                     return Poll::Ready(Ok(Ok(Some(self.behind(ahead)))));
                 }
