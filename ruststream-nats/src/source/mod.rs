@@ -308,19 +308,14 @@ impl Source {
         loop {
             let incoming = match self.ahead.take() {
                 Some(ahead) => ahead,
-                None => {
-                    let next = match tokio::time::timeout_at(deadline, self.messages.next()).await {
-                        Ok(Some(next)) => next,
-                        Ok(None) | Err(_) => return,
-                    };
-                    match next {
-                        Ok(raw) => self.incoming(raw),
-                        Err(err) => {
-                            tracing::debug!(registration = self.endpoint.name(), %err, "while stopping");
-                            continue;
-                        }
+                None => match tokio::time::timeout_at(deadline, self.messages.next()).await {
+                    Ok(Some(Ok(raw))) => self.incoming(raw),
+                    Ok(Some(Err(err))) => {
+                        tracing::debug!(registration = self.endpoint.name(), %err, "while stopping");
+                        continue;
                     }
-                }
+                    Ok(None) | Err(_) => return,
+                },
             };
             match model {
                 DeliveryModel::JetStream => self.executor.release(&incoming).await,
@@ -451,8 +446,8 @@ impl Source {
     /// with the next ones', when the task next waits.
     fn behind(&mut self, mut incoming: Incoming) -> Incoming {
         // A JetStream delivery has no reply inbox (its reply subject is the acknowledgement's);
-        // a batch is gathered from the stream itself.
-        if incoming.delivery.reply().is_none() || self.batch > 1 || self.ahead.is_some() {
+        // a batch is gathered from the stream itself. (`first` took `ahead` before this.)
+        if incoming.delivery.reply().is_none() || self.batch > 1 {
             return incoming;
         }
         // A look, not a wait: whatever waker this registers is replaced by `first`'s own
