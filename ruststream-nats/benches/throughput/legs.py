@@ -24,8 +24,9 @@ Usage: perf script -i sys.data -F comm,pid,tid,cpu,time,event,trace | legs.py /d
 
 import bisect
 import re
-import statistics
 import sys
+
+from turns import report
 
 READ, WRITE, WRITEV, EPOLL_WAIT, EPOLL_PWAIT, FUTEX = 0, 1, 20, 232, 281, 202
 WAKES = (EPOLL_WAIT, EPOLL_PWAIT, FUTEX)
@@ -36,11 +37,6 @@ EVENT = re.compile(
 )
 # How far past a moment the next matching system call is looked for.
 LOOK = 400
-
-
-def quantile(values, q):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 def read(path, server_pid):
@@ -109,11 +105,7 @@ def main():
         same_cpu += this[3] == got[3]
     counted = len(legs["service"])
     for name, values in legs.items():
-        micros = [v * 1e6 for v in values]
-        print(
-            f"{name:15} mean {statistics.mean(micros):6.1f} us  p25 {quantile(micros, 0.25):6.1f}"
-            f"  p50 {quantile(micros, 0.5):6.1f}  p75 {quantile(micros, 0.75):6.1f}"
-        )
+        report(name, values, width=15)
     print(f"messages {counted}; the server read on the service's CPU for {same_cpu}")
 
 

@@ -29,6 +29,15 @@ def quantile(values, q):
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
+def report(name, seconds, width=6):
+    """One line: the mean and quartiles of `seconds`, in microseconds (`legs.py` uses it too)."""
+    micros = [v * 1e6 for v in seconds]
+    print(
+        f"{name:{width}} mean {statistics.mean(micros):6.1f} us  p25 {quantile(micros, 0.25):6.1f}"
+        f"  p50 {quantile(micros, 0.5):6.1f}  p75 {quantile(micros, 0.75):6.1f}"
+    )
+
+
 def main():
     events = []
     for line in sys.stdin:
@@ -52,11 +61,7 @@ def main():
             turns.append(this - wakes[-1])
             waits.append(wakes[-1] - previous)
     for name, values in (("period", periods), ("turn", turns), ("wait", waits)):
-        micros = [v * 1e6 for v in values]
-        print(
-            f"{name:6} mean {statistics.mean(micros):6.1f} us  p25 {quantile(micros, 0.25):6.1f}"
-            f"  p50 {quantile(micros, 0.5):6.1f}  p75 {quantile(micros, 0.75):6.1f}"
-        )
+        report(name, values)
     print(f"system calls a message: {statistics.mean(calls):.2f} ({high - low} messages)")
 
 
