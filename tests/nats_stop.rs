@@ -62,9 +62,10 @@ async fn a_core_stop_hands_over_what_the_client_holds_then_ends() {
             .await
             .expect("published");
     }
-    // The server sends the 50 messages before the flush's PONG, on this connection: once it
-    // returns, the client holds them all, none taken.
-    client.flush().await.expect("flushed");
+    // The client holds all 50, none taken, once a message it sends itself comes back after
+    // them: the server processes one connection's commands in order and delivers to it in
+    // order. (A flush is not enough: async-nats's only says the bytes left the client.)
+    echo_round_trip(&client).await;
 
     unsubscribe.stop().await;
     let mut handed = Vec::new();
@@ -77,6 +78,20 @@ async fn a_core_stop_hands_over_what_the_client_holds_then_ends() {
         handed, expected,
         "every message held, in order, then the end"
     );
+}
+
+/// Returns once a message `client` publishes to an inbox of its own came back: every message
+/// the server sent this connection before it was read by the client.
+async fn echo_round_trip(client: &async_nats::Client) {
+    let inbox = client.new_inbox();
+    let mut echo = client.subscribe(inbox.clone()).await.expect("subscribed");
+    client
+        .publish(inbox, bytes::Bytes::new())
+        .await
+        .expect("published");
+    within("the echo comes back", echo.next())
+        .await
+        .expect("the echo");
 }
 
 #[tokio::test]
