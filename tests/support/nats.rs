@@ -101,7 +101,9 @@ pub struct Seen {
     pub at: Instant,
 }
 
-type Script = dyn Fn(&Seen) -> Option<HandlerOutcome> + Send + Sync;
+/// What a script answers, given the delivery and how many times the handler saw its id so far
+/// (this one included).
+type Script = dyn Fn(&Seen, usize) -> Option<HandlerOutcome> + Send + Sync;
 type Delay = dyn Fn(&Seen) -> Duration + Send + Sync;
 
 /// A handler that records every delivery and answers what its script says (`None`: panic).
@@ -114,11 +116,24 @@ pub struct Scripted {
 
 impl Scripted {
     pub fn new(script: impl Fn(&Seen) -> Option<HandlerOutcome> + Send + Sync + 'static) -> Self {
+        Self::by_turn(move |seen, _| script(seen))
+    }
+
+    /// Answers what `script` says for the delivery and its turn: how many times the handler saw
+    /// its order id so far, this one included (1 on the first), whichever consumer brought it.
+    pub fn by_turn(
+        script: impl Fn(&Seen, usize) -> Option<HandlerOutcome> + Send + Sync + 'static,
+    ) -> Self {
         Self {
             seen: Arc::default(),
             script: Arc::new(script),
             delay: Arc::new(|_| Duration::ZERO),
         }
+    }
+
+    /// How many times the handler saw order `id`.
+    pub fn times(&self, id: u64) -> usize {
+        self.seen().iter().filter(|seen| seen.id == id).count()
     }
 
     /// Always answers `outcome`.
@@ -187,12 +202,16 @@ impl Handle<Order> for Scripted {
             headers: ctx.headers().clone(),
             at: Instant::now(),
         };
-        self.seen.lock().expect("not poisoned").push(seen.clone());
+        let turn = {
+            let mut all = self.seen.lock().expect("not poisoned");
+            all.push(seen.clone());
+            all.iter().filter(|s| s.id == seen.id).count()
+        };
         let delay = (self.delay)(&seen);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        match (self.script)(&seen) {
+        match (self.script)(&seen, turn) {
             Some(HandlerOutcome::Ack) => Ok(()),
             Some(outcome) => Err(outcome),
             None => panic!("the script panics on order {}", order.id),
@@ -249,4 +268,21 @@ pub fn mount_capped(b: &mut ruststream::Scope<()>, handler: &Scripted) {
 /// Lets the runtime run for `d`: only to show that something does NOT happen.
 pub async fn quiet_for(d: Duration) {
     tokio::time::sleep(d).await;
+}
+
+/// The consumer of `stream` whose filter is `filter`, as the server reports it; `None` while
+/// there is none (an ephemeral consumer's name is the server's).
+pub async fn consumer_reading(
+    js: &jetstream::Context,
+    stream: &str,
+    filter: &str,
+) -> Option<consumer::Info> {
+    use futures::TryStreamExt as _;
+    let stream = js.get_stream(stream).await.expect("the stream exists");
+    let all: Vec<consumer::Info> = stream
+        .consumers()
+        .try_collect()
+        .await
+        .expect("the server lists the consumers");
+    all.into_iter().find(|c| c.config.filter_subject == filter)
 }
