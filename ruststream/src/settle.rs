@@ -68,6 +68,15 @@ pub enum AckKind {
     Term,
 }
 
+impl AckKind {
+    /// Whether the server never delivers the message to this consumer again once it acted on
+    /// this acknowledgement: `+ACK` and `+TERM`; after a `-NAK` (with a delay or not) it does.
+    #[must_use]
+    pub const fn is_final(self) -> bool {
+        matches!(self, Self::Ack | Self::Term)
+    }
+}
+
 impl fmt::Display for AckKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

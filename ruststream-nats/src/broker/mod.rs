@@ -22,7 +22,7 @@ use ruststream::{Broker, Endpoint, Env, Error, ErrorKind, RunningBroker};
 use tokio::sync::watch;
 
 use self::checks::{check_on_server, check_streams, log_outputs, warn_unstored_dead_letters};
-use self::opening::{batch_size, open, open_from};
+use self::opening::{batch_size, open};
 use crate::copies::{Copies, DEFAULT_MAX_DELAYED_COPIES};
 use crate::events::Events;
 use crate::executor::Executor;
@@ -30,7 +30,7 @@ use crate::options::{Auth, ConnectionOptions, split_credentials};
 use crate::publish::NatsPublisher;
 use crate::running::RunningNatsBroker;
 use crate::settings;
-use crate::source::{Reopen, Source};
+use crate::source::{Progress, Reopen, Source};
 use crate::transport::{StreamSpec, Subscription, Transport, TransportOverride};
 use crate::validate::validate;
 
@@ -307,12 +307,13 @@ impl Broker for NatsBroker {
             publisher.learn().await;
             log_outputs(&publisher, &endpoints);
 
-            let mut opened: Vec<(Endpoint, Subscription)> = Vec::new();
+            let mut opened: Vec<(Endpoint, Subscription, Arc<Progress>)> = Vec::new();
             for endpoint in endpoints {
-                match open(&*transport, &endpoint).await {
-                    Ok(subscription) => opened.push((endpoint, subscription)),
+                let progress = Arc::new(Progress::default());
+                match open(&*transport, &endpoint, &progress).await {
+                    Ok(subscription) => opened.push((endpoint, subscription, progress)),
                     Err(err) => {
-                        for (_, (_, unsubscribe)) in opened {
+                        for (_, (_, unsubscribe), _) in opened {
                             unsubscribe.stop().await;
                         }
                         return Err(err);
@@ -329,7 +330,7 @@ impl Broker for NatsBroker {
             }
             tokio::spawn(stream_watch.run(signal.clone()));
             let mut sources = Vec::with_capacity(opened.len());
-            for (endpoint, (messages, unsubscribe)) in opened {
+            for (endpoint, (messages, unsubscribe), progress) in opened {
                 let executor = Arc::new(
                     Executor::new(Arc::clone(&transport), Arc::clone(&copies), endpoint.info())
                         .with_payload_values_in_logs(self.log_payload_values),
@@ -349,10 +350,12 @@ impl Broker for NatsBroker {
                 let reopen: Reopen = {
                     let transport = Arc::clone(&transport);
                     let endpoint = endpoint.clone();
-                    Arc::new(move |resume| {
+                    let progress = Arc::clone(&progress);
+                    Arc::new(move || {
                         let transport = Arc::clone(&transport);
                         let endpoint = endpoint.clone();
-                        Box::pin(async move { open_from(&*transport, &endpoint, resume).await })
+                        let progress = Arc::clone(&progress);
+                        Box::pin(async move { open(&*transport, &endpoint, &progress).await })
                     })
                 };
                 let idempotency = match &endpoint.policy().idempotency {
@@ -389,7 +392,7 @@ impl Broker for NatsBroker {
                     reopen,
                     batch,
                     linger,
-                    progress: Arc::default(),
+                    progress,
                     idempotency,
                     ahead: None,
                 };

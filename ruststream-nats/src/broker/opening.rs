@@ -3,22 +3,31 @@
 use ruststream::settle::DeliveryModel;
 use ruststream::{Endpoint, Error, ErrorKind};
 
-use crate::transport::{ConsumerSpec, Subscription, Transport, TransportErrorKind};
+use crate::source::{Progress, Resume};
+use crate::transport::{ConsumerSpec, StreamPlace, Subscription, Transport, TransportErrorKind};
 
-/// Subscribes (Core) or opens the pull consumer (JetStream) of `endpoint`.
+/// Which stream `stream` is now; `None` when the transport cannot tell or the look failed
+/// (opening the consumer says what is wrong).
+async fn stream_place(transport: &dyn Transport, stream: &str) -> Option<StreamPlace> {
+    match transport.stream_place(stream.to_owned()).await {
+        Ok(place) => place,
+        Err(err) => {
+            tracing::debug!(stream, %err, "cannot tell which stream this is");
+            None
+        }
+    }
+}
+
+/// Subscribes (Core) or opens the pull consumer (JetStream) of `endpoint`, first or again after
+/// it ended. A JetStream consumer that has to be created starts where `progress` says the
+/// registration stands in the stream it finds ([`Progress::resume_in`]): at the lowest sequence
+/// it owes, or where the descriptor says when nothing was taken yet or the stream was created
+/// again. The look at the stream and the consumer's creation are two requests: a stream created
+/// again between them, already holding as many messages, is not told apart.
 pub(super) async fn open(
     transport: &dyn Transport,
     endpoint: &Endpoint,
-) -> Result<Subscription, Error> {
-    open_from(transport, endpoint, None).await
-}
-
-/// [`open`]; a JetStream consumer that has to be created starts at stream sequence `resume`
-/// when one is given (where the registration stood), not where the descriptor says.
-pub(super) async fn open_from(
-    transport: &dyn Transport,
-    endpoint: &Endpoint,
-    resume: Option<u64>,
+    progress: &Progress,
 ) -> Result<Subscription, Error> {
     let info = endpoint.info();
     let name = &info.name;
@@ -26,9 +35,10 @@ pub(super) async fn open_from(
         DeliveryModel::JetStream => {
             let spec = consumer_spec(endpoint);
             let stream = spec.stream.clone();
-            let consumed = match resume {
-                Some(start_sequence) => transport.resume(spec, start_sequence).await,
-                None => transport.consume(spec).await,
+            let place = stream_place(transport, &stream).await;
+            let consumed = match progress.resume_in(place.as_ref()) {
+                Resume::At(start_sequence) => transport.resume(spec, start_sequence).await,
+                Resume::Descriptor => transport.consume(spec).await,
             };
             consumed.map_err(|err| {
                 let kind = match err.kind {

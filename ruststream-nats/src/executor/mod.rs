@@ -92,13 +92,15 @@ impl Executor {
         self
     }
 
-    /// Logs what the handler said when it needs saying, then carries out `decision`.
+    /// Logs what the handler said when it needs saying, then carries out `decision`. Returns
+    /// the acknowledgement that reached the server, if one did: a failed dead letter's hold in
+    /// place of the decision's, `None` when nothing was sent or the send failed.
     pub(crate) async fn execute(
         &self,
         incoming: &Incoming,
         handled: &Handled,
         decision: &Decision,
-    ) {
+    ) -> Option<AckKind> {
         self.log_handled(&incoming.delivery, handled, decision);
         if decision.dead_letter {
             let Some(dead_letter) = &self.dead_letter else {
@@ -106,15 +108,14 @@ impl Executor {
                     registration = %self.registration,
                     "the decision names a dead-letter subject the registration does not declare; the delivery is not settled"
                 );
-                return;
+                return None;
             };
             // The dead letter and the retry copy are boxed: what every delivery's handling
             // future holds (and moves) is kept to the acknowledgement's size.
             if let Err(err) =
                 Box::pin(self.publish_dead_letter(dead_letter, &incoming.delivery)).await
             {
-                Box::pin(self.dead_letter_failed(incoming, dead_letter, &err)).await;
-                return;
+                return Box::pin(self.dead_letter_failed(incoming, dead_letter, &err)).await;
             }
             self.metrics.dead_lettered();
             tracing::info!(
@@ -144,8 +145,9 @@ impl Executor {
             }
         }
         match decision.settle {
-            Settle::Send(kind) => {
-                if let Err(err) = self.send(incoming, kind).await {
+            Settle::Send(kind) => match self.send(incoming, kind).await {
+                Ok(()) => Some(kind),
+                Err(err) => {
                     tracing::warn!(
                         registration = %self.registration,
                         subject = incoming.delivery.subject(),
@@ -153,22 +155,26 @@ impl Executor {
                         %err,
                         "the settlement did not reach the server: it delivers the message again after ack_wait"
                     );
+                    None
                 }
+            },
+            Settle::Unsupported(kind) => {
+                self.unsupported(kind);
+                None
             }
-            Settle::Unsupported(kind) => self.unsupported(kind),
-            Settle::Nothing => {}
+            Settle::Nothing => None,
         }
     }
 
     /// The dead-letter publish of `incoming` failed: an error naming the registration, and the
     /// original held back as `ruststream::settle::decide_dead_letter_failed` says (never
-    /// terminated without its dead letter).
+    /// terminated without its dead letter). Returns the hold when it reached the server.
     async fn dead_letter_failed(
         &self,
         incoming: &Incoming,
         dead_letter: &Arc<str>,
         err: &TransportError,
-    ) {
+    ) -> Option<AckKind> {
         let mut facts = Facts::jetstream(incoming.delivery.attempt());
         facts.model = self.model;
         if let Some(cap) = self.max_attempts {
@@ -190,15 +196,20 @@ impl Executor {
             %err,
             "the dead-letter publish failed; {consequence}"
         );
-        if let Settle::Send(kind) = hold
-            && let Err(err) = self.send(incoming, kind).await
-        {
-            tracing::warn!(
-                registration = %self.registration,
-                ack = %kind,
-                %err,
-                "holding back the original did not reach the server: it comes again after ack_wait"
-            );
+        let Settle::Send(kind) = hold else {
+            return None;
+        };
+        match self.send(incoming, kind).await {
+            Ok(()) => Some(kind),
+            Err(err) => {
+                tracing::warn!(
+                    registration = %self.registration,
+                    ack = %kind,
+                    %err,
+                    "holding back the original did not reach the server: it comes again after ack_wait"
+                );
+                None
+            }
         }
     }
 

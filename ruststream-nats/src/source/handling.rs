@@ -289,7 +289,8 @@ pub(super) async fn admit(
 }
 
 /// Executes `decision` for `incoming`, unless a later delivery of the same message was already
-/// settled here; then `incoming` no longer holds the registration's place in its stream.
+/// settled here; then tells `progress` whether the message is settled for good (a `+ACK` or
+/// `+TERM` reached the server) or still owed.
 pub(super) async fn settle(
     executor: &Executor,
     progress: &Progress,
@@ -298,7 +299,7 @@ pub(super) async fn settle(
     decision: &Decision,
 ) {
     let info = incoming.delivery.extension::<JetStreamInfo>();
-    if let Some(info) = info
+    let sent = if let Some(info) = info
         && progress.superseded(info.stream_sequence, info.delivered)
     {
         tracing::debug!(
@@ -307,10 +308,12 @@ pub(super) async fn settle(
             delivered = info.delivered,
             "a later delivery of this message was already settled: this one's settlement is stale and not sent"
         );
+        None
     } else {
-        executor.execute(incoming, handled, decision).await;
-    }
+        executor.execute(incoming, handled, decision).await
+    };
     if let Some(info) = info {
-        progress.settled(info.stream_sequence, info.delivered);
+        let done = sent.is_some_and(ruststream::settle::AckKind::is_final);
+        progress.settled(info.stream_sequence, info.delivered, done);
     }
 }

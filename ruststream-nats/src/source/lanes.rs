@@ -220,7 +220,9 @@ impl Shared {
     async fn release(&self, taken: Taken) {
         self.executor.release(&taken.incoming).await;
         if let Some(info) = taken.incoming.delivery.extension::<crate::JetStreamInfo>() {
-            self.progress.settled(info.stream_sequence, info.delivered);
+            // Released with `-NAK`: still owed until a later delivery is settled for good.
+            self.progress
+                .settled(info.stream_sequence, info.delivered, false);
         }
     }
 

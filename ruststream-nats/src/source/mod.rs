@@ -22,8 +22,10 @@
 //! as an error from the second one on (the registration handles nothing meanwhile).
 //!
 //! A JetStream consumer opened again starts where the registration stood, never from the start
-//! of the stream: at the lowest stream sequence it took and has not settled yet, or else one
-//! past the highest it took ([`Progress`]); a durable that still exists is used as it is.
+//! of the stream: at the lowest stream sequence it owes (taken and not settled with `+ACK` or
+//! `+TERM`: in flight, or released or held back with `-NAK` to come again), or else one past the
+//! highest it took ([`Progress`]); a stream created again is read from where the descriptor
+//! says. A durable that still exists is used as it is.
 //!
 //! `incoming.rs` turns a wire message into a delivery; `handling.rs` handles one unit (the
 //! idempotency claim, progress signals, the settlement); `progress.rs` keeps where a JetStream
@@ -53,7 +55,7 @@ use tokio::time::Instant;
 
 use self::handling::Unit;
 pub(crate) use self::incoming::incoming_capped;
-pub(crate) use self::progress::Progress;
+pub(crate) use self::progress::{Progress, Resume};
 use crate::JetStreamInfo;
 use crate::executor::{Executor, Incoming};
 use crate::publish::{AwaitedRequest, NatsPublisher};
@@ -69,12 +71,9 @@ const REOPEN_PAUSE: Duration = Duration::from_millis(250);
 const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(30);
 
 /// Opens a registration's subscription again after it ended; a JetStream consumer that has to
-/// be created again starts at the stream sequence given, when one is.
-pub(crate) type Reopen = Arc<
-    dyn Fn(Option<u64>) -> BoxFuture<'static, Result<Subscription, ruststream::Error>>
-        + Send
-        + Sync,
->;
+/// be created again starts where the registration's [`Progress`] says.
+pub(crate) type Reopen =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<Subscription, ruststream::Error>> + Send + Sync>;
 
 /// `None` while running; the drain deadline once the broker is stopping.
 pub(crate) type StopSignal = watch::Receiver<Option<Instant>>;
@@ -261,7 +260,7 @@ impl Source {
             let reopened = tokio::select! {
                 biased;
                 deadline = stopped.as_mut() => return Some(deadline),
-                reopened = (self.reopen)(self.progress.resume()) => reopened,
+                reopened = (self.reopen)() => reopened,
             };
             match reopened {
                 Ok((messages, unsubscribe)) => {

@@ -280,6 +280,17 @@ pub struct StreamSpec {
     pub subjects: Vec<String>,
 }
 
+/// Which stream a registration reads, as its consumer is opened: a stream deleted and created
+/// again under the same name is another one, whose sequences start over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamPlace {
+    /// When the stream was created, as the server reports it: what tells two streams of one
+    /// name apart.
+    pub created: String,
+    /// The lowest sequence the stream still holds: the messages below it are gone for good.
+    pub first_sequence: u64,
+}
+
 /// The consumer a `JetStreamSubject` reads through.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerSpec {
@@ -541,6 +552,17 @@ pub trait Transport: Send + Sync + 'static {
         payload: Bytes,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
         self.publish(subject.to_shared(), Headers::new(), payload)
+    }
+
+    /// Which stream `stream` is now ([`StreamPlace`]); `None` when the transport cannot tell
+    /// (the default), and then a consumer created again trusts [`resume`](Self::resume)'s own
+    /// look at the stream.
+    fn stream_place(
+        &self,
+        stream: String,
+    ) -> BoxFuture<'_, Result<Option<StreamPlace>, TransportError>> {
+        let _ = stream;
+        Box::pin(async { Ok(None) })
     }
 
     /// [`consume`](Self::consume) again after the pull ended (the consumer vanished): a

@@ -129,6 +129,11 @@ fn check(rows: &[Row]) {
 fn wire(seed: &str, kind: AckKind, form: &str, comes_back: bool) {
     assert_eq!(kind.to_string(), form, "{seed}");
     assert_eq!(send(kind).brings_back(), comes_back, "{seed}");
+    assert_eq!(
+        kind.is_final(),
+        !comes_back,
+        "{seed}: final unless it comes back"
+    );
 }
 
 /// Seed 000, "Settlement": the JetStream diagram, rows 4 to 13.

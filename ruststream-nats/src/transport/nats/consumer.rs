@@ -7,7 +7,7 @@ use async_nats::jetstream::{self, consumer};
 
 use super::NatsTransport;
 use super::errors::{consumer_error, get_stream_error};
-use crate::transport::{ConsumerSpec, TransportError, TransportErrorKind};
+use crate::transport::{ConsumerSpec, StreamPlace, TransportError, TransportErrorKind};
 use ruststream::registration::DeliverPolicy;
 
 impl NatsTransport {
@@ -78,6 +78,26 @@ impl NatsTransport {
             .create_consumer(updated)
             .await
             .map_err(|err| consumer_error(spec, err))
+    }
+
+    /// Which stream `stream` is now: its creation time and its first sequence.
+    pub(super) async fn place_of(&self, stream: &str) -> Result<StreamPlace, TransportError> {
+        let mut handle = self
+            .jetstream
+            .get_stream(stream)
+            .await
+            .map_err(|err| get_stream_error(stream, err))?;
+        let info = handle.info().await.map_err(|err| {
+            TransportError::new(
+                TransportErrorKind::Other,
+                format!("cannot read the info of stream `{stream}`"),
+            )
+            .with_cause(err)
+        })?;
+        Ok(StreamPlace {
+            created: format!("{:?}", info.created),
+            first_sequence: info.state.first_sequence,
+        })
     }
 
     /// Where a consumer opened again starts: at `start_sequence`, unless stream `spec.stream`

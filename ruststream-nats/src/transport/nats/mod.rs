@@ -49,8 +49,8 @@ use self::homes::Homes;
 use self::pull::{Lookahead, Puller};
 use self::reading::{Pumped, raw, reading};
 use super::{
-    ConsumerSpec, KvEntry, RawMessage, Refusal, ReplySubject, StoredAck, StreamSpec, Subscription,
-    Target, Transport, TransportError, TransportErrorKind,
+    ConsumerSpec, KvEntry, RawMessage, Refusal, ReplySubject, StoredAck, StreamPlace, StreamSpec,
+    Subscription, Target, Transport, TransportError, TransportErrorKind,
 };
 use crate::events::{Events, subscription_id};
 
@@ -511,6 +511,13 @@ impl Transport for NatsTransport {
                 .await
                 .map_err(|err| core_publish_error(&subject, err))
         })
+    }
+
+    fn stream_place(
+        &self,
+        stream: String,
+    ) -> BoxFuture<'_, Result<Option<StreamPlace>, TransportError>> {
+        Box::pin(async move { self.place_of(&stream).await.map(Some) })
     }
 
     fn resume(
