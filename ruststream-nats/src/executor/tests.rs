@@ -142,23 +142,25 @@ fn at_cap() -> Incoming {
     }
 }
 
-async fn run(executor: &Executor, incoming: &Incoming) {
+/// Retries `incoming` at the cap: a dead letter. Returns what reached the server.
+async fn run(executor: &Executor, incoming: &Incoming) -> Option<AckKind> {
     let facts = Facts::jetstream(incoming.delivery.attempt())
         .with_cap(NonZeroU32::new(2).expect("two"))
         .with_dead_letter();
     let handled = Handled::Outcome(HandlerOutcome::retry());
     let decision = decide(&HandlerOutcome::retry(), &facts);
-    executor.execute(incoming, &handled, &decision).await;
+    executor.execute(incoming, &handled, &decision).await
 }
 
 #[tokio::test]
 async fn a_dead_letter_is_stored_before_the_original_is_terminated() {
     let wire = Wire::new(|| Ok(1), Some("DEAD"));
-    run(&executor(&wire, DeliveryModel::JetStream, true), &at_cap()).await;
+    let sent = run(&executor(&wire, DeliveryModel::JetStream, true), &at_cap()).await;
     assert_eq!(
         wire.sent(),
         ["stored dead.orders", "pub $JS.ACK.S.C.2.1.2.0.0 +TERM"]
     );
+    assert_eq!(sent, Some(AckKind::Term), "settled for good");
 }
 
 #[tokio::test]
@@ -172,13 +174,18 @@ async fn a_failed_dead_letter_holds_the_original_back_and_never_terminates_it() 
         },
         Some("DEAD"),
     );
-    run(&executor(&wire, DeliveryModel::JetStream, true), &at_cap()).await;
+    let sent = run(&executor(&wire, DeliveryModel::JetStream, true), &at_cap()).await;
     assert_eq!(
         wire.sent(),
         [
             "stored dead.orders",
             r#"pub $JS.ACK.S.C.2.1.2.0.0 -NAK {"delay": 1000000000}"#
         ]
+    );
+    assert_eq!(
+        sent,
+        Some(AckKind::NakAfter(std::time::Duration::from_secs(1))),
+        "the hold is what reached the server: the message is still owed"
     );
 }
 
