@@ -265,3 +265,59 @@ async fn a_stream_deleted_and_created_again_is_read_from_its_start() {
     until_all_ended(&js, &handlers, &new).await;
     running.stop().await.expect("a clean stop");
 }
+
+#[tokio::test]
+async fn consumers_deleted_while_a_dead_letter_is_held_back_bring_it_back() {
+    eprintln!("running against {}", NatsServer::version());
+    let (_server, _client, js) = jetstream_server().await;
+    // A full dead-letter stream refuses the dead letters: each original is held back.
+    js.create_stream(stream::Config {
+        name: DEAD.to_owned(),
+        subjects: vec!["dead.>".to_owned()],
+        max_messages: 2,
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
+    })
+    .await
+    .expect("the dead-letter stream is created");
+    for _ in 0..2 {
+        publish_stored(&js, "dead.filler", order(0)).await;
+    }
+    let handlers = [answers(HELD), answers(HELD)];
+    let running = start_both(_server.url(), &handlers).await;
+    let ids = [5, 6];
+    publish_both(&js, ids).await;
+    for ((name, subject, _), handler) in REGISTRATIONS.iter().zip(&handlers) {
+        eventually(RECOVERY, &format!("{name}: order 5 held back"), || async {
+            let info = consumer_reading(&js, STREAM, subject).await?;
+            (handler.times(5) >= 3
+                && handler.times(6) >= 1
+                && info.num_pending == 0
+                && info.num_ack_pending == 1)
+                .then_some(())
+        })
+        .await;
+    }
+
+    // An operator deletes both consumers while order 5 is held back, then makes room for the
+    // dead letters.
+    let orders = js.get_stream(STREAM).await.expect("the stream exists");
+    for (_, subject, _) in REGISTRATIONS {
+        let info = consumer_reading(&js, STREAM, subject)
+            .await
+            .expect("the consumer exists");
+        orders
+            .delete_consumer(&info.name)
+            .await
+            .expect("the consumer is deleted");
+    }
+    js.get_stream(DEAD)
+        .await
+        .expect("the dead-letter stream exists")
+        .purge()
+        .await
+        .expect("the fillers are purged");
+
+    until_all_ended(&js, &handlers, &ids).await;
+    running.stop().await.expect("a clean stop");
+}

@@ -129,7 +129,16 @@ impl Progress {
     /// one is forgotten and the consumer starts where the descriptor says; else the sequences
     /// owed below its first one are forgotten (gone for good) and it starts at
     /// [`resume`](Self::resume). Without a place, [`resume`](Self::resume).
+    ///
+    /// A consumer created again counts its deliveries from 1 again: the deliveries settled on
+    /// the one before no longer make a delivery of the new one stale.
     pub(crate) fn resume_in(&self, place: Option<&StreamPlace>) -> Resume {
+        {
+            let mut inner = self.lock();
+            for (_, pending) in &mut inner.owed {
+                pending.settled = 0;
+            }
+        }
         if let Some(place) = place {
             let mut inner = self.lock();
             match &inner.created {
@@ -250,7 +259,13 @@ mod tests {
             "2 left the stream: it can never come back"
         );
         progress.taken(8);
-        progress.settled(8, 1, false);
+        progress.settled(8, 3, false);
+        assert!(progress.superseded(8, 1));
+        assert_eq!(progress.resume_in(Some(&place("t1", 4))), Resume::At(8));
+        assert!(
+            !progress.superseded(8, 1),
+            "the new consumer's first delivery of 8 is not stale"
+        );
         assert_eq!(
             progress.resume_in(Some(&place("t2", 1))),
             Resume::Descriptor,
