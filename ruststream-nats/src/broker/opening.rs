@@ -36,7 +36,7 @@ pub(super) async fn open(
             let spec = consumer_spec(endpoint);
             let stream = spec.stream.clone();
             let place = stream_place(transport, &stream).await;
-            let consumed = match progress.resume_in(place.as_ref()) {
+            let consumed = match progress.resume_in(name, place.as_ref()) {
                 Resume::At(start_sequence) => transport.resume(spec, start_sequence).await,
                 Resume::Descriptor => transport.consume(spec).await,
             };

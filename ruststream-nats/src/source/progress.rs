@@ -132,7 +132,7 @@ impl Progress {
     ///
     /// A consumer created again counts its deliveries from 1 again: the deliveries settled on
     /// the one before no longer make a delivery of the new one stale.
-    pub(crate) fn resume_in(&self, place: Option<&StreamPlace>) -> Resume {
+    pub(crate) fn resume_in(&self, registration: &str, place: Option<&StreamPlace>) -> Resume {
         {
             let mut inner = self.lock();
             for (_, pending) in &mut inner.owed {
@@ -144,6 +144,7 @@ impl Progress {
             match &inner.created {
                 Some(created) if *created != place.created => {
                     tracing::warn!(
+                        registration,
                         was = %created,
                         now = %place.created,
                         "the stream was created again: its consumer starts where the descriptor says, and what was owed of the old stream is forgotten"
@@ -240,7 +241,7 @@ mod tests {
     fn a_stream_created_again_is_read_from_where_the_descriptor_says() {
         let progress = Progress::default();
         assert_eq!(
-            progress.resume_in(Some(&place("t1", 1))),
+            progress.resume_in("r", Some(&place("t1", 1))),
             Resume::Descriptor
         );
         progress.taken(2);
@@ -248,35 +249,44 @@ mod tests {
         progress.taken(6);
         progress.settled(6, 1, true);
         assert_eq!(
-            progress.resume_in(None),
+            progress.resume_in("r", None),
             Resume::At(2),
             "no place: as it stood"
         );
-        assert_eq!(progress.resume_in(Some(&place("t1", 1))), Resume::At(2));
         assert_eq!(
-            progress.resume_in(Some(&place("t1", 4))),
+            progress.resume_in("r", Some(&place("t1", 1))),
+            Resume::At(2)
+        );
+        assert_eq!(
+            progress.resume_in("r", Some(&place("t1", 4))),
             Resume::At(7),
             "2 left the stream: it can never come back"
         );
         progress.taken(8);
         progress.settled(8, 3, false);
         assert!(progress.superseded(8, 1));
-        assert_eq!(progress.resume_in(Some(&place("t1", 4))), Resume::At(8));
+        assert_eq!(
+            progress.resume_in("r", Some(&place("t1", 4))),
+            Resume::At(8)
+        );
         assert!(
             !progress.superseded(8, 1),
             "the new consumer's first delivery of 8 is not stale"
         );
         assert_eq!(
-            progress.resume_in(Some(&place("t2", 1))),
+            progress.resume_in("r", Some(&place("t2", 1))),
             Resume::Descriptor,
             "another stream under the same name: nothing of the old one counts"
         );
         assert_eq!(
-            progress.resume_in(Some(&place("t2", 1))),
+            progress.resume_in("r", Some(&place("t2", 1))),
             Resume::Descriptor
         );
         progress.taken(1);
-        assert_eq!(progress.resume_in(Some(&place("t2", 1))), Resume::At(1));
+        assert_eq!(
+            progress.resume_in("r", Some(&place("t2", 1))),
+            Resume::At(1)
+        );
     }
 
     proptest::proptest! {
