@@ -209,6 +209,7 @@ impl Source {
             }
         };
 
+        let last_start = stopping::last_start(model, deadline);
         if !ended {
             if tokio::time::timeout_at(deadline, self.unsubscribe.stop())
                 .await
@@ -219,11 +220,12 @@ impl Source {
                     "the subscription did not stop before the drain deadline"
                 );
             }
-            self.leftovers(model, &permits, &mut tasks, lanes.as_ref(), deadline)
+            let lanes = lanes.as_ref();
+            self.leftovers(model, &permits, &mut tasks, lanes, deadline, last_start)
                 .await;
         }
         if let Some(lanes) = &lanes {
-            lanes.release_waiting().await;
+            lanes.release_waiting(last_start).await;
         }
 
         let registration = self.endpoint.name();

@@ -29,6 +29,18 @@ use crate::executor::Incoming;
 /// spare them `ack_wait`. A quarter of the drain's time left, when that is shorter.
 const RELEASE_MARGIN: Duration = Duration::from_secs(1);
 
+/// The last moment a delivery held at the stop may start: [`RELEASE_MARGIN`] before the drain
+/// `deadline` for JetStream; the deadline itself for Core, which has nothing to release to.
+pub(super) fn last_start(model: DeliveryModel, deadline: Instant) -> Instant {
+    match model {
+        DeliveryModel::JetStream => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            deadline - RELEASE_MARGIN.min(left / 4)
+        }
+        DeliveryModel::Core => deadline,
+    }
+}
+
 impl Source {
     /// Handles what the transport hands over after the stop, starting each as a handler slot
     /// frees up, until the last moment to start one: then JetStream deliveries are released
@@ -40,15 +52,8 @@ impl Source {
         tasks: &mut JoinSet<()>,
         lanes: Option<&Lanes>,
         deadline: Instant,
+        last_start: Instant,
     ) {
-        // A Core message may start until the deadline: there is nothing to release it to.
-        let last_start = match model {
-            DeliveryModel::JetStream => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                deadline - RELEASE_MARGIN.min(left / 4)
-            }
-            DeliveryModel::Core => deadline,
-        };
         let mut late = 0_usize;
         while let Some(first) = self.leftover(deadline).await {
             if late > 0 {
