@@ -2,7 +2,8 @@
 //!
 //! - a stop does not spend a message's attempt: deliveries an instance already received are
 //!   handled by it, not released with `-NAK` (the server counts a release as a delivery, so
-//!   under `max_attempts(1)` the next instance would terminate them unhandled);
+//!   under `max_attempts(1)` the next instance would terminate them unhandled), nor does it
+//!   with `.by_key(..)` lanes, whose waiting deliveries run through the drain;
 //! - `.subscription_capacity(n)` bounds Core subscriptions only: a JetStream registration's pull
 //!   is not throttled by it (no drop, no redelivery), and a Core subscription's drops are
 //!   reported (a warning and `ruststream_slow_consumer_dropped_total`).
@@ -45,19 +46,20 @@ fn settlements(wire: &Recorder, consumer: &str) -> Vec<(u64, u64, String)> {
         .collect()
 }
 
-/// What the handler of the stop test answers order `id`: a third are retried (`retry` or
-/// `retry_after`), which at `max_attempts(1)` without a dead letter terminates them; the rest
-/// are acknowledged.
-fn answer(id: u64) -> HandlerOutcome {
+/// What the handler of the stop tests answers order `id` (`None`: it panics): half are
+/// retried (`retry`, `retry_after`) or panic, which at `max_attempts(1)` without a dead letter
+/// terminates them; the rest are acknowledged.
+fn answer(id: u64) -> Option<HandlerOutcome> {
     match id % 6 {
-        0 => HandlerOutcome::retry(),
-        3 => HandlerOutcome::retry_after(Duration::from_millis(50)),
-        _ => HandlerOutcome::ack(),
+        0 => Some(HandlerOutcome::retry()),
+        3 => Some(HandlerOutcome::retry_after(Duration::from_millis(50))),
+        5 => None,
+        _ => Some(HandlerOutcome::ack()),
     }
 }
 
 fn acknowledged(id: u64) -> bool {
-    !matches!(id % 6, 0 | 3)
+    !matches!(id % 6, 0 | 3 | 5)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,7 +73,7 @@ async fn a_graceful_stop_does_not_spend_an_attempt_of_what_it_received() {
         publish_stored(&js, "orders.created", order(id)).await;
     }
 
-    let handler = Scripted::new(|seen| Some(answer(seen.id))).slow(Duration::from_millis(20));
+    let handler = Scripted::new(|seen| answer(seen.id)).slow(Duration::from_millis(20));
     let mount = |b: &mut ruststream::Scope<()>| {
         b.include(
             JetStreamSubject::new("orders.created", STREAM)
@@ -312,7 +314,7 @@ async fn a_graceful_stop_runs_what_waits_in_a_lane() {
         publish_stored(&js, "orders.created", order(id)).await;
     }
 
-    let handler = Scripted::new(|seen| Some(answer(seen.id))).slow(Duration::from_millis(20));
+    let handler = Scripted::new(|seen| answer(seen.id)).slow(Duration::from_millis(20));
     let mount = |b: &mut ruststream::Scope<()>| {
         b.include(
             JetStreamSubject::new("orders.created", STREAM)
