@@ -148,7 +148,7 @@ in_process_and_live!(
     ledger_app
 );
 in_process_and_live!(retries_run_in_place_up_to_the_cap, Steps, steps_app);
-in_process_and_live!(a_stop_releases_what_waits_in_a_lane, Steps, steps_app);
+in_process_and_live!(a_stop_runs_what_waits_in_a_lane, Steps, steps_app);
 
 async fn each_account_is_posted_in_order_with_retries_in_place(wire: &AppWire, ledger: &Ledger) {
     // Interleaved: seq 0 of every account, then seq 1 of every account, ...
@@ -460,9 +460,10 @@ async fn retries_run_in_place_up_to_the_cap(wire: &AppWire, steps: &Steps) {
     wire.shutdown().await;
 }
 
-/// On stop, the steps waiting behind a running one are given back to the server (`-NAK`) at
-/// once, unstarted; the running one finishes and is acknowledged.
-async fn a_stop_releases_what_waits_in_a_lane(wire: &AppWire, steps: &Steps) {
+/// On stop, the steps waiting behind a running one are not given back to the server (a `-NAK`
+/// would spend a delivery of each without the handler running): the lane runs them after it,
+/// in order, within the drain, and each is acknowledged at its first delivery.
+async fn a_stop_runs_what_waits_in_a_lane(wire: &AppWire, steps: &Steps) {
     let held = Step {
         held: true,
         ..Step::default()
@@ -471,19 +472,19 @@ async fn a_stop_releases_what_waits_in_a_lane(wire: &AppWire, steps: &Steps) {
         publish_step(wire, Some("b"), Step { seq, ..held }).await;
     }
     wire.wait_until(|_| steps.calls() == [(0, 1)]).await;
-    let released = async {
-        wire.wait_until(|w| count(&w.acks("STEPS", "steps"), "-NAK") == 2)
-            .await;
-        steps.gate.add_permits(1);
-    };
-    tokio::join!(wire.shutdown(), released);
-    wire.wait_until(|w| count(&w.acks("STEPS", "steps"), "+ACK") == 1)
+    // The gate opens once the stop began.
+    tokio::join!(wire.shutdown(), async { steps.gate.add_permits(3) });
+    wire.wait_until(|w| count(&w.acks("STEPS", "steps"), "+ACK") == 3)
         .await;
-    assert_eq!(steps.calls(), [(0, 1)], "the waiting steps never started");
+    assert_eq!(
+        steps.calls(),
+        [(0, 1), (1, 1), (2, 1)],
+        "the waiting steps ran after the running one, in order"
+    );
     let acks = wire.acks("STEPS", "steps");
     assert_eq!(
         (count(&acks, "+ACK"), count(&acks, "-NAK")),
-        (1, 2),
+        (3, 0),
         "{acks:?}"
     );
 }

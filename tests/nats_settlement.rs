@@ -325,8 +325,8 @@ async fn a_stop_gives_back_what_was_pulled_but_not_started() {
         "every message was handled before the stop: {handled}"
     );
 
-    // Released with -NAK, the rest go to the next instance at once: nothing waits for the 30 s
-    // ack_wait (longer than the test's patience).
+    // What the stopping instance received it handled; the rest go to the next instance at
+    // once: nothing waits for the 30 s ack_wait (longer than the test's patience).
     let fast = Scripted::always(HandlerOutcome::ack());
     let running = start_on(&server, |b| {
         b.include(created("handover").handler(fast.clone()));

@@ -1,7 +1,8 @@
 //! A graceful stop while a registration pulls hard: what was asked for but had not reached the
-//! instance yet (in transit as it stopped) is released with `-NAK` too, not left on the server
-//! until `ack_wait` runs out. With a 60 s `ack_wait`, a message left behind is obvious: the
-//! server holds it unacknowledged for a minute, while a released one is free again at once.
+//! instance yet (in transit as it stopped) is taken in and handled by the stopping instance,
+//! like what waited in the client, not left on the server until `ack_wait` runs out, nor
+//! released (a release would cost each a delivery). With a 60 s `ack_wait`, a message left
+//! behind is obvious: the server holds it unacknowledged for a minute.
 
 mod support;
 
@@ -32,7 +33,7 @@ fn orders() -> JetStreamSubject {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stop_releases_the_messages_in_transit_at_once() {
+async fn a_stop_handles_the_messages_in_transit_and_leaves_none_behind() {
     println!("running against {}", NatsServer::version());
     let (server, client, js) = jetstream_server().await;
     let wire = Recorder::start(&client, [format!("$JS.ACK.{STREAM}.{CONSUMER}.>")]).await;
@@ -86,10 +87,10 @@ async fn a_stop_releases_the_messages_in_transit_at_once() {
         .await
         .expect("the instance starts");
         if let Some(last) = stopped_at {
-            // Everything the stopped instance was sent and did not handle is free at once:
-            // the new one gets it and the ack floor passes the last order stored at the stop
-            // within the patience of 10 s, a sixth of the ack_wait. A delivery left in transit
-            // would hold the floor below it for the whole 60 s.
+            // Everything the stopped instance was sent was handled by it, and the rest is free:
+            // the ack floor passes the last order stored at the stop within the patience of
+            // 10 s, a sixth of the ack_wait. A delivery left in transit would hold the floor
+            // below it for the whole 60 s.
             consumer_until(
                 &js,
                 STREAM,
@@ -174,7 +175,10 @@ async fn a_stop_releases_the_messages_in_transit_at_once() {
         n + released,
         "only +ACK and -NAK: {acks:?}"
     );
-    // Every delivery beyond one per order is a release: none came back after ack_wait.
+    // Every delivery beyond one per order is a release: none came back after ack_wait. And
+    // with the default 30 s drain timeout every stop handled what it had received: nothing
+    // was released (each release would have cost its order a delivery).
     assert_eq!(info.delivered.consumer_sequence, n + released);
+    assert_eq!(released, 0, "nothing released at the stops");
     assert_eq!(info.num_redelivered, 0);
 }

@@ -1,14 +1,16 @@
 //! A rolling restart while orders flow: three instances of `examples/orders_worker.rs` (child
 //! processes) stopped one after the other with SIGTERM (a graceful drain) and started again.
 //! Nothing is lost, nothing is handled twice, and the only deliveries beyond one per order are
-//! of orders in flight at a stop: pulled but not started, or still on the way to it as it stopped
-//! pulling, which the stopping instance released with `-NAK`. (A delivery sent in the instant the
+//! of orders in flight at a stop that the stopping instance released with `-NAK` (it handles
+//! what it received, pulled but not started or still on the way to it as it stopped pulling,
+//! and releases only what cannot start before its drain deadline). (A delivery sent in the instant the
 //! inbox closes would come back after ack_wait: counted, and bounded, below;
 //! `tests/scale_drain.rs` shows none does while the orders flow.)
 //!
-//! And what such a release costs: the server counts it as a delivery, so a released message
-//! comes back with its delivery count one higher, and that attempt counts toward the cap
-//! (`max_attempts`). `docs/deployment.md` says so.
+//! And what a release costs where one is still made (a delivery that cannot start before the
+//! drain deadline): the server counts it as a delivery, so a released message comes back with
+//! its delivery count one higher, and that attempt counts toward the cap (`max_attempts`).
+//! `docs/deployment.md` says so.
 //!
 //! At least 3 000 orders by default (the flow goes on until every instance was restarted); `RUSTSTREAM_SCALE_MESSAGES=30000` runs the full count.
 
@@ -140,7 +142,9 @@ async fn a_rolling_restart_with_a_drain_loses_nothing_and_redelivers_only_what_i
 /// The cost of a release: the server counts the `-NAK` as a delivery, so the message comes back
 /// with `delivered` one higher and that attempt counts toward `max_attempts`. With a cap of 2,
 /// a message released at a stop and refused once by the next instance goes to the dead-letter
-/// subject after a single handling.
+/// subject after a single handling. A stop releases only what cannot start before its drain
+/// deadline: here a handler outlasts the drain timeout, so the deliveries behind it never get
+/// a slot.
 #[tokio::test]
 async fn a_delivery_released_at_stop_counts_toward_the_cap() {
     logs();
@@ -151,16 +155,27 @@ async fn a_delivery_released_at_stop_counts_toward_the_cap() {
         support::nats::publish_stored(&js, "orders.created", order(id)).await;
     }
 
-    // The first instance: one slow handler, and a lookahead of orders pulled behind it.
-    let first = Scripted::always(HandlerOutcome::ack()).slow(std::time::Duration::from_millis(300));
-    let running = start(NatsBroker::new(server.url()), |b| {
-        b.include(created("capture").handler(first.clone()))
-            .concurrency(std::num::NonZeroUsize::new(2).expect("not zero"));
-    })
+    // The first instance: one handler slower than the drain timeout, and a lookahead of orders
+    // pulled behind it. The abandoned delivery comes back after the consumer's 2 s ack_wait.
+    let first = Scripted::always(HandlerOutcome::ack()).slow(std::time::Duration::from_secs(5));
+    let running = support::nats::start_with(
+        NatsBroker::new(server.url()),
+        ruststream::Env::new().with_drain_timeout(std::time::Duration::from_secs(2)),
+        |b| {
+            b.include(
+                created("capture")
+                    .ack_wait(std::time::Duration::from_secs(2))
+                    .handler(first.clone()),
+            );
+        },
+    )
     .await
     .expect("the first instance starts");
     first.until_seen(1).await;
-    running.stop().await.expect("a drained stop");
+    running
+        .stop()
+        .await
+        .expect_err("the handler outlasts the drain timeout");
     let handled_first: Vec<u64> = first.seen().iter().map(|s| s.id).collect();
     let released = eventually(
         support::nats::PATIENCE,
@@ -179,13 +194,18 @@ async fn a_delivery_released_at_stop_counts_toward_the_cap() {
     // The next instance refuses each order once, under a cap of 2.
     let next = Scripted::always(HandlerOutcome::retry());
     let running = start(NatsBroker::new(server.url()), |b| {
-        b.include(created("capture").handler(next.clone()))
-            .max_attempts(support::nats::attempts(2))
-            .dead_letter("dead.orders");
+        b.include(
+            created("capture")
+                .ack_wait(std::time::Duration::from_secs(2))
+                .handler(next.clone()),
+        )
+        .max_attempts(support::nats::attempts(2))
+        .dead_letter("dead.orders");
     })
     .await
     .expect("the next instance starts");
-    let remaining = 20 - handled_first.len();
+    // The abandoned delivery was not acknowledged: every order ends up dead-lettered.
+    let remaining = 20;
     let dead = eventually(
         support::nats::PATIENCE,
         "every remaining order dead-lettered",
@@ -201,7 +221,11 @@ async fn a_delivery_released_at_stop_counts_toward_the_cap() {
     let seen = next.seen();
     let released_ids: Vec<u64> = seen
         .iter()
-        .filter(|s| s.delivered == Some(2) && seen.iter().filter(|o| o.id == s.id).count() == 1)
+        .filter(|s| {
+            s.delivered == Some(2)
+                && !handled_first.contains(&s.id)
+                && seen.iter().filter(|o| o.id == s.id).count() == 1
+        })
         .map(|s| s.id)
         .collect();
     println!(

@@ -1,6 +1,7 @@
 //! What async-nats reports about the connection while the app runs, said in the app's terms:
-//! credentials the server stopped accepting (an error naming the broker) and Core messages a
-//! slow subscription dropped (a warning naming the registration, with a count).
+//! credentials the server stopped accepting (an error naming the broker) and messages the client
+//! dropped (a warning naming the registration or the consumer, with a count, and the metric):
+//! every drop, whatever subscription it hit.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -26,22 +27,35 @@ pub(crate) struct Events {
     health: Option<ruststream::telemetry::Health>,
 }
 
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+enum Kind {
+    #[default]
+    Core,
+    Pull,
+    Unnamed,
+}
+
 #[derive(Default)]
 struct State {
     /// Which registrations read a Core subject (and queue group).
     names: HashMap<(String, Option<String>), Vec<String>>,
     /// async-nats subscription id → its Core subscription.
     subscriptions: HashMap<u64, Dropped>,
+    /// Dropped messages of subscriptions this broker did not name (a reply inbox, a watcher).
+    unnamed: Dropped,
     /// When a refused credential was last logged, and how many times since.
     refused: Option<(Instant, u64)>,
     /// Whether the connection was lost since it was last made.
     disconnected: bool,
 }
 
+#[derive(Default)]
 struct Dropped {
-    /// The registrations reading the subscription.
+    /// The registrations reading the subscription (a pull's: its consumer).
     registrations: String,
     subject: String,
+    /// What was dropped: Core messages, or a pull's JetStream deliveries.
+    kind: Kind,
     /// Messages dropped so far, and how many of them were reported.
     count: u64,
     reported: u64,
@@ -96,20 +110,51 @@ impl Events {
             Dropped {
                 registrations,
                 subject: subject.to_owned(),
+                kind: Kind::Core,
                 count: 0,
                 reported: 0,
             },
         );
     }
 
+    /// Records the async-nats subscription `sid` of the inbox pulling `consumer` of `stream`.
+    pub(crate) fn pulling(&self, sid: u64, consumer: &str, stream: &str) {
+        self.state().subscriptions.insert(
+            sid,
+            Dropped {
+                registrations: consumer.to_owned(),
+                subject: format!("consumer `{consumer}` of stream `{stream}`"),
+                kind: Kind::Pull,
+                count: 0,
+                reported: 0,
+            },
+        );
+    }
+
+    /// `count` messages of the subscription `sid` were dropped (async-nats's buffer or the
+    /// transport's bounded one was full): counted in the metric, logged by [`report_dropped`](
+    /// Self::report_dropped).
+    pub(crate) fn dropped(&self, sid: u64, count: u64) {
+        let mut state = self.state();
+        let dropped = match state.subscriptions.get_mut(&sid) {
+            Some(dropped) => dropped,
+            None => {
+                if state.unnamed.kind != Kind::Unnamed {
+                    state.unnamed.kind = Kind::Unnamed;
+                    state.unnamed.registrations = "(unnamed)".to_owned();
+                }
+                &mut state.unnamed
+            }
+        };
+        dropped.count += count;
+        ruststream::telemetry::slow_consumer_dropped(&dropped.registrations, count);
+    }
+
     /// One event from async-nats.
     pub(crate) fn on_event(&self, event: Event) {
         match event {
             Event::SlowConsumer(sid) | Event::ServerError(ServerError::SlowConsumer(sid)) => {
-                if let Some(dropped) = self.state().subscriptions.get_mut(&sid) {
-                    dropped.count += 1;
-                    ruststream::telemetry::slow_consumer_dropped(&dropped.registrations, 1);
-                }
+                self.dropped(sid, 1);
             }
             Event::ServerError(ServerError::AuthorizationViolation) => {
                 self.refused("authorization violation");
@@ -202,12 +247,34 @@ impl Events {
     /// Logs the Core messages each subscription dropped since the last report.
     pub(crate) fn report_dropped(&self) {
         let mut state = self.state();
-        for dropped in state.subscriptions.values_mut() {
+        let state = &mut *state;
+        for dropped in state.subscriptions.values_mut().chain([&mut state.unnamed]) {
             let new = dropped.count - dropped.reported;
             if new == 0 {
                 continue;
             }
             dropped.reported = dropped.count;
+            match dropped.kind {
+                Kind::Core => {}
+                Kind::Pull => {
+                    tracing::warn!(
+                        consumer = %dropped.registrations,
+                        pulling = %dropped.subject,
+                        dropped = new,
+                        total = dropped.count,
+                        "the client dropped JetStream deliveries of a pull (its buffer was full): they are delivered again after ack_wait, with one attempt fewer left"
+                    );
+                    continue;
+                }
+                Kind::Unnamed => {
+                    tracing::warn!(
+                        dropped = new,
+                        total = dropped.count,
+                        "the client dropped messages of a subscription that is no registration's (a reply inbox, a watcher): its buffer was full"
+                    );
+                    continue;
+                }
+            }
             tracing::warn!(
                 registration = %dropped.registrations,
                 subject = %dropped.subject,
@@ -283,6 +350,26 @@ mod tests {
         events.report_dropped();
         let state = events.state();
         assert_eq!(state.subscriptions[&7].reported, 3);
+    }
+
+    #[test]
+    fn drops_of_a_pull_or_of_no_registration_are_counted_too() {
+        let events = Events::new("nats://host:4222".to_owned());
+        events.pulling(3, "orders", "ORDERS");
+        events.on_event(Event::SlowConsumer(3));
+        events.dropped(3, 2);
+        // A subscription nobody named (a reply inbox): counted apart, not lost.
+        events.on_event(Event::SlowConsumer(42));
+        let state = events.state();
+        assert_eq!(state.subscriptions[&3].count, 3);
+        assert_eq!(state.subscriptions[&3].kind, Kind::Pull);
+        assert_eq!(state.unnamed.count, 1);
+        assert_eq!(state.unnamed.kind, Kind::Unnamed);
+        drop(state);
+        events.report_dropped();
+        let state = events.state();
+        assert_eq!(state.subscriptions[&3].reported, 3);
+        assert_eq!(state.unnamed.reported, 1);
     }
 
     #[test]

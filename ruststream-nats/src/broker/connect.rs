@@ -46,15 +46,13 @@ impl NatsBroker {
         }
         tracing::info!(address = %address, from, "connecting to NATS (URL from {from})");
         let mut built = options.build(&address).await?;
-        match options.subscription_capacity {
-            Some(0) => {
-                return Err(Error::new(
-                    ErrorKind::Config,
-                    "`.subscription_capacity(0)` leaves no room for a single message; give at least 1",
-                ));
-            }
-            Some(capacity) => built = built.subscription_capacity(capacity),
-            None => {}
+        // Not async-nats's own setting, which sizes every subscription's buffer (the pull
+        // inboxes' too): the transport bounds Core subscriptions itself.
+        if options.subscription_capacity == Some(0) {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "`.subscription_capacity(0)` leaves no room for a single message; give at least 1",
+            ));
         }
         let callback = Arc::clone(&events);
         built = built.event_callback(move |event| {
@@ -70,7 +68,9 @@ impl NatsBroker {
         if let Some(warning) = settings::version_warning(&version) {
             tracing::warn!(address = %address, "{warning}");
         }
-        Ok(NatsTransport::new(client).with_events(events))
+        Ok(NatsTransport::new(client)
+            .with_events(events)
+            .with_core_capacity(options.subscription_capacity))
     }
 }
 

@@ -166,10 +166,11 @@ impl NatsBroker {
         self
     }
 
-    /// How many Core messages the client holds for each subscription while its handlers are
-    /// busy (async-nats's default: 65 536, whatever their size). Past it, new messages are
-    /// dropped and a warning names the registration and how many it lost. Bounds the memory a
-    /// fast publisher can take; at least 1.
+    /// How many Core messages the client holds for each Core subscription while its handlers
+    /// are busy (async-nats's default: 65 536, whatever their size). Past it, new messages are
+    /// dropped, each counted (`ruststream_slow_consumer_dropped_total`), and a warning names the
+    /// registration and how many it lost. Bounds the memory a fast publisher can take; at
+    /// least 1. JetStream pulls are not bounded by it: their lookahead bounds them.
     pub fn subscription_capacity(mut self, capacity: usize) -> Self {
         self.options.subscription_capacity = Some(capacity);
         self

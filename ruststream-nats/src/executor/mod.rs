@@ -228,8 +228,8 @@ impl Executor {
         }
     }
 
-    /// Gives a delivery that was pulled but never handled back to the server at once (`-NAK`),
-    /// so that it need not wait for `ack_wait`.
+    /// Gives a delivery that was pulled but could not be handled back to the server at once
+    /// (`-NAK`), so that it need not wait for `ack_wait`. The server counts it as a delivery.
     pub(crate) async fn release(&self, incoming: &Incoming) {
         if self.model != DeliveryModel::JetStream {
             return;

@@ -16,13 +16,16 @@
 //! the same way. A delivery without a key (its payload does not decode, its header is missing)
 //! is a lane of its own, logged (at most once per 10 s, with how many were not).
 //!
-//! On stop a head finishes (a retry is then given back to the server) and no lane starts its
-//! next delivery: what waits behind a head is released (`-NAK`) like the deliveries pulled and
-//! never started, once the subscription stopped (released before, a delivery would come
-//! straight back to a pull request of ours still waiting on the server).
+//! On stop a head finishes (a retry is then given back to the server) and the lanes go on with
+//! what waits behind their heads, as the source does with what it received (`stopping.rs`: a
+//! release would spend an attempt without the handler running). Only what still waits at the
+//! last moment to start a delivery before the drain deadline is released (`-NAK`), once the
+//! subscription stopped (released before, a delivery would come straight back to a pull request
+//! of ours still waiting on the server).
 
 use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -32,7 +35,7 @@ use ruststream::Endpoint;
 use ruststream::codec::Format;
 use ruststream::registration::LaneKey;
 use ruststream::settle::{AckKind, Decision, Settle};
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -119,6 +122,10 @@ struct Shared {
     key: LaneKey,
     codec: Format,
     queues: Mutex<Queues<Taken>>,
+    /// Stopping, past the last moment to start a delivery: the lanes start nothing more.
+    releasing: AtomicBool,
+    /// Told whenever a lane moved on (its head settled).
+    moved: Notify,
 }
 
 impl Lanes {
@@ -137,6 +144,8 @@ impl Lanes {
             key,
             codec: policy.codec.unwrap_or_default(),
             queues: Mutex::new(Queues::default()),
+            releasing: AtomicBool::new(false),
+            moved: Notify::new(),
         });
         if let Some(every) = keep_alive_every(&shared.endpoint) {
             tokio::spawn(keep_waiting_alive(Arc::downgrade(&shared), every));
@@ -190,12 +199,13 @@ impl Lanes {
                             "settling a delivery panicked"
                         );
                     }
-                    // Stopping: what waits is given back once the subscription stopped
+                    // Past the last moment to start one: what waits is given back
                     // (`release_waiting`), not started.
-                    if shared.stopping() {
+                    if shared.releasing() {
                         return;
                     }
                     let next = shared.lock().next(&key);
+                    shared.moved.notify_waiters();
                     match next {
                         Some(next) => head = next,
                         None => return,
@@ -205,10 +215,32 @@ impl Lanes {
         }
     }
 
-    /// Stopping, once the subscription stopped: gives every delivery that waits behind a head
-    /// back to the server (`-NAK`); the heads finish.
-    pub(super) async fn release_waiting(&self) {
+    /// Stopping, once the subscription stopped: lets the lanes run what waits behind their
+    /// heads until none waits or `last_start` passed, then gives what still waits back to the
+    /// server (`-NAK`, costing each a delivery); the heads finish.
+    pub(super) async fn release_waiting(&self, last_start: Instant) {
+        loop {
+            let moved = self.shared.moved.notified();
+            tokio::pin!(moved);
+            // Registered before the look, so a lane moving on in between is not missed.
+            moved.as_mut().enable();
+            if self.shared.lock().waiting().next().is_none() {
+                break;
+            }
+            tokio::select! {
+                () = moved => {}
+                () = tokio::time::sleep_until(last_start) => break,
+            }
+        }
+        self.shared.releasing.store(true, Ordering::Release);
         let waiting = self.shared.lock().take_waiting();
+        if !waiting.is_empty() {
+            tracing::warn!(
+                registration = self.shared.endpoint.name(),
+                released = waiting.len(),
+                "deliveries waiting in their lanes could not start before the drain deadline and were released (-NAK): the server counts each as a delivery, so each comes back with one attempt fewer left; raise the drain timeout"
+            );
+        }
         for taken in waiting {
             self.shared.release(taken).await;
         }
@@ -232,6 +264,10 @@ impl Shared {
 
     fn stopping(&self) -> bool {
         self.stop.borrow().is_some()
+    }
+
+    fn releasing(&self) -> bool {
+        self.releasing.load(Ordering::Acquire)
     }
 
     /// Handles one delivery to its end: its retries run here, in its place, until it is
@@ -360,7 +396,8 @@ async fn keep_waiting_alive(shared: Weak<Shared>, every: Duration) {
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        if shared.stopping() {
+        // Kept alive through the drain too, while the lanes still run them.
+        if shared.releasing() {
             return;
         }
         let acks: Vec<Incoming> = shared

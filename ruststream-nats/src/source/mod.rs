@@ -9,9 +9,9 @@
 //! path); above it, each unit is a task, so handlers run in parallel.
 //!
 //! On stop the source takes no new message, asks the transport to stop, and handles what the
-//! transport still hands over: a JetStream delivery pulled but not started is released with
-//! `-NAK` (delivered again at once, to whichever instance pulls); a Core message, the only copy
-//! there is, is handled. Then it waits for its handlers in flight until the drain deadline.
+//! transport still hands over, JetStream deliveries and Core messages alike (`stopping.rs`: a
+//! JetStream delivery released instead would lose an attempt without its handler running).
+//! Then it waits for its handlers in flight until the drain deadline.
 //!
 //! # When the subscription ends
 //!
@@ -29,13 +29,15 @@
 //!
 //! `incoming.rs` turns a wire message into a delivery; `handling.rs` handles one unit (the
 //! idempotency claim, progress signals, the settlement); `progress.rs` keeps where a JetStream
-//! registration stands; `lanes.rs` runs the deliveries of one key in order (`.by_key(..)`).
+//! registration stands; `lanes.rs` runs the deliveries of one key in order (`.by_key(..)`);
+//! `stopping.rs` handles what the transport hands over after the stop.
 
 mod handling;
 mod incoming;
 mod lanes;
 mod linger;
 mod progress;
+mod stopping;
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -48,7 +50,6 @@ use futures::future::{BoxFuture, CatchUnwind};
 use futures::{FutureExt, StreamExt};
 use ruststream::__private::panic_message;
 use ruststream::Endpoint;
-use ruststream::settle::DeliveryModel;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
@@ -207,6 +208,7 @@ impl Source {
             }
         };
 
+        let last_start = stopping::last_start(model, deadline);
         if !ended {
             if tokio::time::timeout_at(deadline, self.unsubscribe.stop())
                 .await
@@ -217,10 +219,12 @@ impl Source {
                     "the subscription did not stop before the drain deadline"
                 );
             }
-            self.leftovers(model, &permits, &mut tasks, deadline).await;
+            let lanes = lanes.as_ref();
+            self.leftovers(model, &permits, &mut tasks, lanes, deadline, last_start)
+                .await;
         }
         if let Some(lanes) = &lanes {
-            lanes.release_waiting().await;
+            lanes.release_waiting(last_start).await;
         }
 
         let registration = self.endpoint.name();
@@ -289,48 +293,6 @@ impl Source {
                             retry_in = ?pause,
                             "the registration is not consuming: cannot subscribe again"
                         );
-                    }
-                }
-            }
-        }
-    }
-
-    /// What the transport hands over after the stop: JetStream deliveries are released, Core
-    /// messages handled.
-    async fn leftovers(
-        &mut self,
-        model: DeliveryModel,
-        permits: &Arc<Semaphore>,
-        tasks: &mut JoinSet<()>,
-        deadline: Instant,
-    ) {
-        loop {
-            let incoming = match self.ahead.take() {
-                Some(ahead) => ahead,
-                None => match tokio::time::timeout_at(deadline, self.messages.next()).await {
-                    Ok(Some(Ok(raw))) => self.incoming(raw),
-                    Ok(Some(Err(err))) => {
-                        tracing::debug!(registration = self.endpoint.name(), %err, "while stopping");
-                        continue;
-                    }
-                    Ok(None) | Err(_) => return,
-                },
-            };
-            match model {
-                DeliveryModel::JetStream => self.executor.release(&incoming).await,
-                DeliveryModel::Core => {
-                    let permit =
-                        tokio::time::timeout_at(deadline, Arc::clone(permits).acquire_owned())
-                            .await;
-                    match permit {
-                        Ok(Ok(permit)) => self.spawn(tasks, Unit::One(incoming), permit),
-                        _ => {
-                            tracing::warn!(
-                                registration = self.endpoint.name(),
-                                "a Core message received before the stop was not handled: the drain timed out"
-                            );
-                            return;
-                        }
                     }
                 }
             }

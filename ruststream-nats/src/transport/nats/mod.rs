@@ -11,19 +11,20 @@
 //!   already received are still handed over, then the stream ends.
 //! - JetStream: the continuous pull stops, takes in what was already pulled into the client and
 //!   what was still on its way (`pull.rs`, "Stopping"), closes its inbox, hands all of it over,
-//!   then the stream ends. They are deliveries like any other:
-//!   the runtime releases them with `-NAK` (and were it to drop them, the server would deliver
-//!   them again after `ack_wait`).
+//!   then the stream ends. They are deliveries like any other: the runtime handles them (and
+//!   were it to drop them, the server would deliver them again after `ack_wait`).
 //!
 //! One concept a file: `streams.rs` (listing, finding and declaring streams), `consumer.rs`
 //! (opening, resuming and checking pull consumers),
-//! `kv.rs` (key-value buckets), `answer.rs` (a stream's answer to a stored publish), `homes.rs`
+//! `kv.rs` (key-value buckets), `bounded.rs` (a Core subscription held to
+//! `.subscription_capacity(n)`), `answer.rs` (a stream's answer to a stored publish), `homes.rs`
 //! (stored publishes' futures kept for the next one), `pull.rs` (the continuous pull of one
 //! consumer), `reading.rs` (reading a subscription or a pull in the runtime's
 //! task, and stopping it), `headers.rs` (headers to and from async-nats), `errors.rs` (async-nats
 //! errors as [`TransportError`]s). This file holds the transport and its `Transport` methods.
 
 mod answer;
+mod bounded;
 mod consumer;
 mod errors;
 mod headers;
@@ -80,6 +81,9 @@ pub struct NatsTransport {
     jetstream: jetstream::Context,
     /// Where Core subscriptions are recorded, to name them when they drop messages.
     events: Option<Arc<Events>>,
+    /// `.subscription_capacity(n)`: how many messages a Core subscription keeps for its
+    /// handlers (`bounded.rs`); `None`: async-nats's buffer alone.
+    core_capacity: Option<usize>,
     /// The key-value buckets opened so far, by name.
     kv: Arc<tokio::sync::Mutex<std::collections::HashMap<String, jetstream::kv::Store>>>,
 }
@@ -101,6 +105,7 @@ impl NatsTransport {
             homes: Arc::default(),
             jetstream,
             events: None,
+            core_capacity: None,
             kv: Arc::default(),
         }
     }
@@ -108,6 +113,13 @@ impl NatsTransport {
     /// Records each Core subscription in `events`, which reports what it drops.
     pub(crate) fn with_events(mut self, events: Arc<Events>) -> Self {
         self.events = Some(events);
+        self
+    }
+
+    /// Keeps at most `capacity` messages for each Core subscription's handlers, counting what
+    /// it drops past that (`bounded.rs`); JetStream pulls are not bounded by it.
+    pub(crate) fn with_core_capacity(mut self, capacity: Option<usize>) -> Self {
+        self.core_capacity = capacity;
         self
     }
 
@@ -417,8 +429,9 @@ impl Transport for NatsTransport {
                 )
                 .with_cause(err)
             })?;
+            let sid = subscription_id(&subscriber);
             if let Some(events) = &self.events {
-                match subscription_id(&subscriber) {
+                match sid {
                     Some(sid) => events.subscribed(sid, &subject, queue_group.as_deref()),
                     None => tracing::debug!(
                         subject = %subject,
@@ -426,7 +439,10 @@ impl Transport for NatsTransport {
                     ),
                 }
             }
-            Ok(reading(Pumped::Core(subscriber)))
+            Ok(match self.core_capacity {
+                Some(capacity) => bounded::bounded(subscriber, capacity, self.events.clone(), sid),
+                None => reading(Pumped::Core(subscriber)),
+            })
         })
     }
 
@@ -464,6 +480,9 @@ impl Transport for NatsTransport {
                 lookahead,
             )
             .await?;
+            if let (Some(events), Some(sid)) = (&self.events, puller.sid()) {
+                events.pulling(sid, &info.name, &info.stream_name);
+            }
             Ok(reading(Pumped::Pull(Box::new(puller))))
         })
     }

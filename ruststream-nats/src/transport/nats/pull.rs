@@ -73,10 +73,11 @@
 //! behind it, so what was on the way is dropped all the same.) So [`Puller::stop`] keeps the
 //! inbox open for a round trip to the server, after which everything the server wrote before
 //! has arrived, and then for what the requests still waiting bring, until they asked for no
-//! more, nothing came for [`STOP_QUIET`], or [`STOP_WAIT`] passed. It hands all of it over (the
-//! runtime releases each with `-NAK`) once the inbox is closed: the server drops requests
-//! whose inbox nobody listens to. Releasing only after the inbox closed matters: a message
-//! released while a request of ours still waits would be sent straight back to us. With
+//! more, nothing came for [`STOP_QUIET`], or [`STOP_WAIT`] passed. It hands all of it over once
+//! the inbox is closed (the server drops requests whose inbox nobody listens to): the runtime
+//! handles it, and releases with `-NAK` only what cannot start before the drain deadline.
+//! Releasing only after the inbox closed matters: a message released while a request of ours
+//! still waits would be sent straight back to us. With
 //! requests of ours still waiting, a consumer info comes first ([`Puller::close`]): nats-server
 //! 2.9 lost a released delivery that met only a dead request (until `ack_wait`), and answering
 //! the info makes it drop the dead ones.
@@ -274,6 +275,12 @@ impl Puller {
             verify: false,
             waiting_since: None,
         })
+    }
+
+    /// async-nats's id of the inbox's subscription, to name it when the client drops its
+    /// messages.
+    pub(crate) fn sid(&self) -> Option<u64> {
+        crate::events::subscription_id(&self.subscriber)
     }
 
     /// The next message the server delivered, as far as it comes without awaiting anything but

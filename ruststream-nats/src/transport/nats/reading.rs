@@ -339,7 +339,7 @@ impl Stream for PullReading {
 }
 
 /// [`raw`], sharing the subject with the previous message when it is the same.
-fn raw_sharing(
+pub(super) fn raw_sharing(
     message: async_nats::Message,
     jetstream: Option<JetStreamInfo>,
     last: &mut Option<Arc<str>>,
