@@ -1,7 +1,8 @@
 //! Recovery, live: a consumer created again under a running registration brings back every
 //! message the server would still have delivered: one waiting out `retry_after`, one released
-//! with `-NAK`, one whose handler panicked. A stream deleted and created again is read from the
-//! start the descriptor names, not from where the registration stood in the old one.
+//! with `-NAK`, one whose handler panicked, one held back because its dead letter could not be
+//! stored. A stream deleted and created again is read from the start the descriptor names, not
+//! from where the registration stood in the old one.
 //!
 //! The handlers answer `retry`, `retry_after`, a dead letter (retries up to the cap) and panic,
 //! not only `ack`; each test asks the server afterwards that every stored message was handled
@@ -108,9 +109,8 @@ async fn until_first_round(
                     _ => handler.times(id) >= 1,
                 });
                 let info = consumer_reading(js, STREAM, subject).await?;
-                let pending = if held_left { 1 } else { 0 };
-                (answered && info.num_pending == 0 && info.num_ack_pending == pending as usize)
-                    .then_some(())
+                let pending = usize::from(held_left);
+                (answered && info.num_pending == 0 && info.num_ack_pending == pending).then_some(())
             },
         )
         .await;
