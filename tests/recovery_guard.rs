@@ -9,8 +9,11 @@ mod support;
 use std::sync::Arc;
 
 use async_nats::jetstream;
+use futures::future::BoxFuture;
 use ruststream::app::{Handling, Observer};
-use ruststream::{Env, HandlerOutcome};
+use ruststream::middleware::{Middleware, Next};
+use ruststream::registration::Handled;
+use ruststream::{Delivery, Env, HandlerOutcome};
 use ruststream_nats::{JetStreamSubject, NatsBroker};
 use ruststream_test_server::client::stream_messages;
 use support::nats::*;
@@ -24,7 +27,9 @@ const DEAD: &str = "DEAD";
 const POISON: u64 = 3;
 
 /// The registration every test mounts, named `guard_<durable>`: durable `durable` of
-/// `orders.created`, four at once, two attempts, then `dead.orders`.
+/// `orders.created`, four at once, two attempts, then `dead.orders`. Its `ack_wait` is longer
+/// than the tests wait: a delivery left unsettled is not delivered again in time, only one the
+/// runtime settled.
 fn registration<'a>(
     b: &'a mut ruststream::Scope<()>,
     durable: &str,
@@ -33,7 +38,7 @@ fn registration<'a>(
     b.include(
         JetStreamSubject::new("orders.created", STREAM)
             .durable(durable)
-            .ack_wait(millis(2_000))
+            .ack_wait(millis(30_000))
             .handler(handler.clone()),
     )
     .name(format!("guard_{durable}"))
@@ -155,6 +160,37 @@ async fn a_panicking_observer_settles_its_message_as_a_handler_panic() {
     .await
     .expect("the app starts");
     poison_is_dead_lettered_and_the_rest_handled(&js, "observed", &handler, true).await;
+    running.stop().await.expect("a clean stop");
+}
+
+/// A middleware that panics on the poison order, around the handler (after it ran).
+struct PanicsAfterPoison;
+
+impl Middleware for PanicsAfterPoison {
+    fn handle<'a>(&'a self, delivery: &'a Delivery, next: Next<'a>) -> BoxFuture<'a, Handled> {
+        Box::pin(async move {
+            let handled = next.run().await;
+            let poison = order(POISON);
+            assert_ne!(
+                delivery.payload().as_ref(),
+                poison.as_bytes(),
+                "the middleware panics on the poison order"
+            );
+            handled
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_middleware_settles_its_message_as_a_handler_panic() {
+    eprintln!("running against {}", NatsServer::version());
+    let (server, js) = server().await;
+    let handler = Scripted::always(HandlerOutcome::ack());
+    let running = start_on(&server, |b| {
+        registration(b, "layered", &handler).layer(PanicsAfterPoison);
+    })
+    .await;
+    poison_is_dead_lettered_and_the_rest_handled(&js, "layered", &handler, true).await;
     running.stop().await.expect("a clean stop");
 }
 
