@@ -40,6 +40,7 @@ use super::handling::{admit, settle, settle_panicked, with_progress};
 use super::{Progress, Source, StopSignal};
 use crate::executor::{Executor, Incoming};
 use crate::publish::NatsPublisher;
+use crate::supervise::Kind;
 use crate::telemetry;
 
 /// Which keys are busy and what waits behind each, in arrival order. Pure: the lanes' tasks and
@@ -139,7 +140,10 @@ impl Lanes {
             queues: Mutex::new(Queues::default()),
         });
         if let Some(every) = keep_alive_every(&shared.endpoint) {
-            tokio::spawn(keep_waiting_alive(Arc::downgrade(&shared), every));
+            // Watched: without it, what waits in a lane would be delivered again behind itself.
+            let name = format!("the lane keep-alive of {}", shared.endpoint.name());
+            let keeping = keep_waiting_alive(Arc::downgrade(&shared), every);
+            drop(source.supervisor.spawn(Kind::Background, &name, keeping));
         }
         Some(Self { shared })
     }
