@@ -65,7 +65,10 @@ impl Supervisor {
         tokio::spawn(async move {
             match guard_async(task).await {
                 Ok(out) => {
-                    if watch.stop.borrow().is_none() {
+                    // A broker dropped without its stop (the signal's sender gone) stops too.
+                    let stopping =
+                        watch.stop.has_changed().is_err() || watch.stop.borrow().is_some();
+                    if !stopping {
                         watch.ended(kind, &name, "it returned before the stop".to_owned());
                     }
                     Some(out)
@@ -158,6 +161,14 @@ mod tests {
             ended[1].contains("`charge`") && ended[1].contains("boom"),
             "{ended:?}"
         );
+
+        // Nor when the broker was dropped without its stop.
+        let (dropped, signal) = watch::channel(None);
+        let unstopped = Supervisor::new(None, signal);
+        drop(dropped);
+        let returned = unstopped.spawn(Kind::Registration, "dropped", async {});
+        assert_eq!(returned.await.ok(), Some(Some(())));
+        assert!(unstopped.ended_early().is_empty());
 
         // After the stop a task that returns is not reported.
         stop.send_replace(Some(Instant::now() + Duration::from_secs(1)));
