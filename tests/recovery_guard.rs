@@ -47,6 +47,20 @@ fn registration<'a>(
     .dead_letter("dead.orders")
 }
 
+/// The handler of the poison tests: on its first attempt order 4 panics, order 5 answers
+/// `retry()` and order 6 `retry_after(50ms)`; every other delivery is acknowledged. Each
+/// is handled again and acknowledged on its second attempt, beside the poison order.
+fn mixed() -> Scripted {
+    Scripted::new(|seen| match (seen.id, seen.attempt) {
+        (4, 1) => None,
+        (5, 1) => Some(HandlerOutcome::retry()),
+        (6, 1) => Some(HandlerOutcome::retry_after(
+            std::time::Duration::from_millis(50),
+        )),
+        _ => Some(HandlerOutcome::ack()),
+    })
+}
+
 /// A server with [`STREAM`] and [`DEAD`].
 async fn server() -> (NatsServer, jetstream::Context) {
     let (server, _client, js) = jetstream_server().await;
@@ -90,10 +104,18 @@ async fn poison_is_dead_lettered_and_the_rest_handled(
         (1..=6).filter(|id| *id != POISON).collect()
     };
     assert_eq!(handled, expected, "every other order was handled");
-    if poison_reaches_handler {
-        let poison = handler.seen().iter().filter(|s| s.id == POISON).count();
+    let runs = |id: u64| handler.seen().iter().filter(|s| s.id == id).count();
+    for id in [4, 5, 6] {
         assert_eq!(
-            poison, 2,
+            runs(id),
+            2,
+            "order {id}: its retry, then its acknowledgement"
+        );
+    }
+    if poison_reaches_handler {
+        assert_eq!(
+            runs(POISON),
+            2,
             "the poison order ran once per attempt, up to the cap"
         );
     }
@@ -103,7 +125,7 @@ async fn poison_is_dead_lettered_and_the_rest_handled(
 async fn a_panicking_lane_key_settles_its_message_as_a_handler_panic() {
     eprintln!("running against {}", NatsServer::version());
     let (server, js) = server().await;
-    let handler = Scripted::always(HandlerOutcome::ack());
+    let handler = mixed();
     let running = start_on(&server, |b| {
         registration(b, "keyed", &handler).by_key(|order: &Order| {
             assert_ne!(order.id, POISON, "the lane key panics on the poison order");
@@ -119,7 +141,7 @@ async fn a_panicking_lane_key_settles_its_message_as_a_handler_panic() {
 async fn a_panicking_idempotency_key_settles_its_message_as_a_handler_panic() {
     eprintln!("running against {}", NatsServer::version());
     let (server, js) = server().await;
-    let handler = Scripted::always(HandlerOutcome::ack());
+    let handler = mixed();
     let running = start_on(&server, |b| {
         registration(b, "idempotent", &handler).idempotent_by(|order: &Order| {
             assert_ne!(
@@ -152,7 +174,7 @@ impl Observer for PanicsOnPoison {
 async fn a_panicking_observer_settles_its_message_as_a_handler_panic() {
     eprintln!("running against {}", NatsServer::version());
     let (server, js) = server().await;
-    let handler = Scripted::always(HandlerOutcome::ack());
+    let handler = mixed();
     let env = Env::new().with_observer(Arc::new(PanicsOnPoison));
     let running = start_with(NatsBroker::new(server.url()), env, |b| {
         registration(b, "observed", &handler);
@@ -185,7 +207,7 @@ impl Middleware for PanicsAfterPoison {
 async fn a_panicking_middleware_settles_its_message_as_a_handler_panic() {
     eprintln!("running against {}", NatsServer::version());
     let (server, js) = server().await;
-    let handler = Scripted::always(HandlerOutcome::ack());
+    let handler = mixed();
     let running = start_on(&server, |b| {
         registration(b, "layered", &handler).layer(PanicsAfterPoison);
     })
