@@ -6,34 +6,16 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use ruststream::telemetry::{self, Health};
 use ruststream::{Context, Handle, HandlerOutcome};
 use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker};
 use ruststream_test_server::client::{stream_messages, wait_until};
 use ruststream_test_server::proxy::Proxy;
 use support::nats::*;
+use support::ops::{get, operations};
 use tokio::sync::Semaphore;
-
-/// `GET http://addr/path` with a real HTTP client: the status and the body.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let url = format!("http://{addr}{path}");
-    tokio::task::spawn_blocking(move || match ureq::get(&url).call() {
-        Ok(response) => {
-            let status = response.status();
-            (status, response.into_string().expect("a text body"))
-        }
-        Err(ureq::Error::Status(status, response)) => {
-            (status, response.into_string().expect("a text body"))
-        }
-        Err(err) => panic!("GET {url} failed: {err}"),
-    })
-    .await
-    .expect("the HTTP client's thread")
-}
 
 /// The samples of the Prometheus text: `name{labels}` (labels sorted) → value.
 fn samples(text: &str) -> BTreeMap<String, f64> {
@@ -54,20 +36,6 @@ fn samples(text: &str) -> BTreeMap<String, f64> {
         out.insert(key, value.parse().expect("a number"));
     }
     out
-}
-
-/// Serves the operations endpoints of a new [`Health`] on a free port.
-async fn operations() -> (Health, telemetry::Server) {
-    let health = Health::new();
-    let render = telemetry::install_prometheus().expect("the Prometheus recorder installs");
-    let server = telemetry::serve(
-        "127.0.0.1:0".parse().expect("an address"),
-        health.clone(),
-        Some(render),
-    )
-    .await
-    .expect("the operations server binds");
-    (health, server)
 }
 
 #[tokio::test]

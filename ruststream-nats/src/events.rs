@@ -18,6 +18,9 @@ pub(crate) const SLOW_CONSUMER_REPORT: Duration = Duration::from_secs(1);
 /// How often the same connection problem is logged again while it lasts.
 const REPEAT_AFTER: Duration = Duration::from_secs(30);
 
+/// Whether the client is connected now, as it says itself (not from its events).
+pub(crate) type Connected = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// The connection events of one broker.
 pub(crate) struct Events {
     /// The broker's address, without credentials.
@@ -286,20 +289,38 @@ impl Events {
     }
 
     /// Reports dropped messages every [`SLOW_CONSUMER_REPORT`] until the broker stops, then a
-    /// last time.
+    /// last time; as often, takes the connection's state from the client (`connected`), in
+    /// case an event was lost.
     pub(crate) async fn report_until_stopped(
         self: std::sync::Arc<Self>,
         mut stop: watch::Receiver<Option<Instant>>,
+        connected: Connected,
     ) {
         let mut tick = tokio::time::interval(SLOW_CONSUMER_REPORT);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = tick.tick() => self.report_dropped(),
+                _ = tick.tick() => {
+                    self.report_dropped();
+                    self.reconcile(connected());
+                }
                 _ = stop.wait_for(Option::is_some) => break,
             }
         }
         self.report_dropped();
+    }
+
+    /// The client says it is `connected` (or not): an event async-nats dropped under a burst
+    /// (its channel is bounded) must not leave readiness wrong until the next one.
+    pub(crate) fn reconcile(&self, connected: bool) {
+        let disconnected = self.state().disconnected;
+        if connected && disconnected {
+            tracing::debug!(broker = %self.broker, "connected, though no event said so");
+            self.on_event(Event::Connected);
+        } else if !connected && !disconnected {
+            tracing::debug!(broker = %self.broker, "disconnected, though no event said so");
+            self.on_event(Event::Disconnected);
+        }
     }
 }
 
@@ -370,6 +391,26 @@ mod tests {
         let state = events.state();
         assert_eq!(state.subscriptions[&3].reported, 3);
         assert_eq!(state.unnamed.reported, 1);
+    }
+
+    #[test]
+    fn readiness_follows_the_client_when_an_event_was_lost() {
+        let health = ruststream::telemetry::Health::new();
+        health.set_started();
+        let events = Events::new("nats://host:4222".to_owned()).with_health(Some(health.clone()));
+        events.on_event(Event::Disconnected);
+        assert!(!health.is_ready());
+        // The `Connected` event never came: the client's own state says so.
+        events.reconcile(true);
+        assert!(health.is_ready());
+        events.reconcile(true);
+        assert!(health.is_ready(), "counted once");
+        // And a `Disconnected` event that never came.
+        events.reconcile(false);
+        assert!(!health.is_ready());
+        events.on_event(Event::Disconnected);
+        events.reconcile(true);
+        assert!(health.is_ready());
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod running;
 mod settings;
 mod source;
 mod subject;
+mod supervise;
 mod telemetry;
 #[cfg(test)]
 mod test_metrics;

@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::copies::Copies;
+use crate::supervise::Supervisor;
 use crate::transport::Transport;
 
 /// How long the final flush may take.
@@ -23,7 +24,13 @@ pub(crate) struct RunningNatsBroker {
     pub(crate) transport: Arc<dyn Transport>,
     pub(crate) copies: Arc<Copies>,
     pub(crate) stop: watch::Sender<Option<Instant>>,
-    pub(crate) sources: Vec<JoinHandle<usize>>,
+    /// Each source's task: how many handlers it abandoned at the drain deadline (`None`: it
+    /// panicked).
+    pub(crate) sources: Vec<JoinHandle<Option<usize>>>,
+    /// The event reporter and the stream watcher.
+    pub(crate) background: Vec<JoinHandle<Option<()>>>,
+    /// Knows which tasks ended before the stop.
+    pub(crate) supervisor: Supervisor,
     pub(crate) drain_timeout: Duration,
 }
 
@@ -35,6 +42,8 @@ impl RunningBroker for RunningNatsBroker {
                 copies,
                 stop,
                 sources,
+                background,
+                supervisor,
                 drain_timeout,
             } = *self;
             let deadline = Instant::now() + drain_timeout;
@@ -48,12 +57,22 @@ impl RunningBroker for RunningNatsBroker {
             for source in sources {
                 let abort = source.abort_handle();
                 match tokio::time::timeout_at(deadline + REPORT_GRACE, source).await {
-                    Ok(Ok(n)) => abandoned += n,
+                    Ok(Ok(n)) => abandoned += n.unwrap_or(0),
                     Ok(Err(err)) => tracing::error!(%err, "a source task failed"),
                     Err(_) => {
                         abort.abort();
                         tracing::error!("a source did not stop in time");
                     }
+                }
+            }
+
+            for task in background {
+                let abort = task.abort_handle();
+                if tokio::time::timeout_at(deadline + REPORT_GRACE, task)
+                    .await
+                    .is_err()
+                {
+                    abort.abort();
                 }
             }
 
@@ -78,6 +97,16 @@ impl RunningBroker for RunningNatsBroker {
                     "the final flush to NATS failed; settlements sent during the drain may not have reached the server",
                 )
                 .with_source(err));
+            }
+            let ended = supervisor.ended_early();
+            if !ended.is_empty() {
+                return Err(Error::new(
+                    ErrorKind::Shutdown,
+                    format!(
+                        "{} before the stop; their messages were not handled meanwhile",
+                        ended.join("; ")
+                    ),
+                ));
             }
             if abandoned > 0 {
                 return Err(Error::new(

@@ -9,8 +9,8 @@ pub use futures;
 pub use serde_json;
 pub use tracing;
 
-// One function for every place that catches a panic (also `ruststream-nats`' source task).
-pub use crate::panic::panic_message;
+// One guard for every piece of user code a delivery runs (also `ruststream-nats`' source task).
+pub use crate::panic::{guard, guard_async, guard_user_code, panic_message};
 
 use crate::Handle;
 use crate::app::App;

@@ -188,6 +188,9 @@ struct HealthInner {
     draining: AtomicBool,
     /// Brokers disconnected now.
     disconnected: AtomicUsize,
+    /// The parts not working now (a registration not consuming, a broker's background task
+    /// that ended), with why.
+    down: std::sync::Mutex<std::collections::BTreeMap<String, &'static str>>,
 }
 
 impl Health {
@@ -226,6 +229,27 @@ impl Health {
         self.publish();
     }
 
+    /// `part` (a registration, a broker's background task) stopped working, for `why`:
+    /// `/readyz` answers 503 with `why` until [`set_up`](Self::set_up) for the same part.
+    pub fn set_down(&self, part: &str, why: &'static str) {
+        self.down().insert(part.to_owned(), why);
+        self.publish();
+    }
+
+    /// `part` works again (a registration consumes again).
+    pub fn set_up(&self, part: &str) {
+        if self.down().remove(part).is_some() {
+            self.publish();
+        }
+    }
+
+    fn down(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, &'static str>> {
+        self.inner
+            .down
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// `Ok(())` when ready; otherwise why not.
     pub fn readiness(&self) -> Result<(), &'static str> {
         if self.inner.draining.load(Ordering::SeqCst) {
@@ -234,6 +258,8 @@ impl Health {
             Err("starting: not every registration consumes yet")
         } else if self.inner.disconnected.load(Ordering::SeqCst) > 0 {
             Err("disconnected from the broker")
+        } else if let Some(why) = self.down().values().next() {
+            Err(why)
         } else {
             Ok(())
         }

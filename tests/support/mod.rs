@@ -8,6 +8,7 @@
 //! - [`scale`]: a cluster, services as child processes, the server's view of a consumer;
 //! - [`security`]: every log line of the binary, to look for a secret in;
 //! - [`logs`]: log capture, on the test's thread or for the whole binary;
+//! - [`ops`]: the operations endpoints (`/readyz`, `/metrics`) served and asked over HTTP;
 //! - [`program`]: this test binary run again as an app's program (the generated `main`).
 //!
 //! The server itself, its client questions and child processes are the crate
@@ -19,6 +20,7 @@ pub mod examples;
 pub mod fidelity;
 pub mod logs;
 pub mod nats;
+pub mod ops;
 pub mod program;
 pub mod scale;
 pub mod security;

@@ -24,13 +24,14 @@ use tokio::sync::watch;
 use self::checks::{check_on_server, check_streams, log_outputs, warn_unstored_dead_letters};
 use self::opening::{batch_size, open};
 use crate::copies::{Copies, DEFAULT_MAX_DELAYED_COPIES};
-use crate::events::Events;
+use crate::events::{Connected, Events};
 use crate::executor::Executor;
 use crate::options::{Auth, ConnectionOptions, split_credentials};
 use crate::publish::NatsPublisher;
 use crate::running::RunningNatsBroker;
 use crate::settings;
 use crate::source::{Progress, Reopen, Source};
+use crate::supervise::{Kind, Supervisor};
 use crate::transport::{StreamSpec, Subscription, Transport, TransportOverride};
 use crate::validate::validate;
 
@@ -276,18 +277,25 @@ impl Broker for NatsBroker {
             }
             // Only a connection of its own reports events (an override, the in-process NATS
             // for one, has none).
-            let (transport, reports): (Arc<dyn Transport>, bool) =
+            // With it, what the client says of its connection now: readiness does not hang on
+            // every event reaching the reporter (async-nats may drop one under a burst).
+            let (transport, connected): (Arc<dyn Transport>, Option<Connected>) =
                 match env.get::<TransportOverride>() {
-                    Some(TransportOverride(transport)) => (Arc::clone(transport), false),
+                    Some(TransportOverride(transport)) => (Arc::clone(transport), None),
                     None => match env.get::<Embedded>() {
                         Some(embedded) => (
                             start_embedded(embedded, &endpoints, &self.streams).await?,
-                            false,
+                            None,
                         ),
-                        None => (
-                            Arc::new(self.connect(&env, Arc::clone(&events)).await?),
-                            true,
-                        ),
+                        None => {
+                            let transport = self.connect(&env, Arc::clone(&events)).await?;
+                            let client = transport.client().clone();
+                            let connected: Connected = Arc::new(move || {
+                                client.connection_state()
+                                    == async_nats::connection::State::Connected
+                            });
+                            (Arc::new(transport), Some(connected))
+                        }
                     },
                 };
             for spec in &self.streams {
@@ -326,10 +334,17 @@ impl Broker for NatsBroker {
                 Copies::new(Arc::clone(&transport)).with_max_waiting(self.max_delayed_copies),
             );
             let (stop, signal) = watch::channel(None);
-            if reports {
-                tokio::spawn(Arc::clone(&events).report_until_stopped(signal.clone()));
+            let supervisor = Supervisor::new(
+                env.get::<ruststream::telemetry::Health>().cloned(),
+                signal.clone(),
+            );
+            let mut background = Vec::with_capacity(2);
+            if let Some(connected) = connected {
+                let reporting = Arc::clone(&events).report_until_stopped(signal.clone(), connected);
+                background.push(supervisor.spawn(Kind::Background, "event reporter", reporting));
             }
-            tokio::spawn(stream_watch.run(signal.clone()));
+            let watching = stream_watch.run(signal.clone());
+            background.push(supervisor.spawn(Kind::Background, "stream watcher", watching));
             let mut sources = Vec::with_capacity(opened.len());
             for (endpoint, (messages, unsubscribe), progress) in opened {
                 let executor = Arc::new(
@@ -396,8 +411,10 @@ impl Broker for NatsBroker {
                     progress,
                     idempotency,
                     ahead: None,
+                    supervisor: supervisor.clone(),
                 };
-                sources.push(tokio::spawn(source.run()));
+                let name = source.endpoint.name().to_owned();
+                sources.push(supervisor.spawn(Kind::Registration, &name, source.run()));
             }
             let running: Box<dyn RunningBroker> = Box::new(WithPublisher {
                 running: Box::new(RunningNatsBroker {
@@ -405,6 +422,8 @@ impl Broker for NatsBroker {
                     copies,
                     stop,
                     sources,
+                    background,
+                    supervisor,
                     drain_timeout: env.drain_timeout(),
                 }),
                 publisher,

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ruststream::__private::guard_user_code;
 use ruststream::registration::Handled;
 use ruststream::registration::InlineHandler;
 use ruststream::settle::{Decision, DeliveryModel};
@@ -238,7 +239,17 @@ pub(super) async fn admit(
     use crate::idempotency::Admission;
     use ruststream::HandlerOutcome;
     use ruststream::settle::{AckKind, Settle};
-    let key = match endpoint.idempotency_key(&incoming.delivery)? {
+    let key = guard_user_code("the idempotency key (.idempotent_by)", || {
+        endpoint.idempotency_key(&incoming.delivery)
+    });
+    let key = match key {
+        Ok(key) => key?,
+        Err(panicked) => {
+            settle_panicked(endpoint, executor, progress, incoming, panicked).await;
+            return None;
+        }
+    };
+    let key = match key {
         Ok(key) => key,
         Err(why) => {
             tracing::warn!(
@@ -286,6 +297,22 @@ pub(super) async fn admit(
     };
     settle(executor, progress, incoming, &handled, &decision).await;
     None
+}
+
+/// Settles `incoming` after user code the runtime ran for it outside the handler panicked
+/// (`panicked`, from the guard): decided, observed, counted and settled as a handler panic.
+pub(super) async fn settle_panicked(
+    endpoint: &Endpoint,
+    executor: &Executor,
+    progress: &Progress,
+    incoming: &Incoming,
+    panicked: Handled,
+) {
+    let span = telemetry::delivery_span(endpoint, &incoming.delivery);
+    let concluded = async { endpoint.conclude(&incoming.delivery, panicked) };
+    let (handled, decision) = telemetry::observed(&span, &executor.metrics, 1, concluded).await;
+    span.around(settle(executor, progress, incoming, &handled, &decision))
+        .await;
 }
 
 /// Executes `decision` for `incoming`, unless a later delivery of the same message was already

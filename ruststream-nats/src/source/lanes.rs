@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use futures::FutureExt;
-use ruststream::__private::panic_message;
+use ruststream::__private::{guard_user_code, panic_message};
 use ruststream::Endpoint;
 use ruststream::codec::Format;
 use ruststream::registration::LaneKey;
@@ -39,10 +39,11 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::handling::{admit, settle, with_progress};
+use super::handling::{admit, settle, settle_panicked, with_progress};
 use super::{Progress, Source, StopSignal};
 use crate::executor::{Executor, Incoming};
 use crate::publish::NatsPublisher;
+use crate::supervise::Kind;
 use crate::telemetry;
 
 /// Which keys are busy and what waits behind each, in arrival order. Pure: the lanes' tasks and
@@ -148,7 +149,10 @@ impl Lanes {
             moved: Notify::new(),
         });
         if let Some(every) = keep_alive_every(&shared.endpoint) {
-            tokio::spawn(keep_waiting_alive(Arc::downgrade(&shared), every));
+            // Watched: without it, what waits in a lane would be delivered again behind itself.
+            let name = format!("the lane keep-alive of {}", shared.endpoint.name());
+            let keeping = keep_waiting_alive(Arc::downgrade(&shared), every);
+            drop(source.supervisor.spawn(Kind::Background, &name, keeping));
         }
         Some(Self { shared })
     }
@@ -166,9 +170,27 @@ impl Lanes {
             incoming,
             _permit: permit,
         };
-        let key = match shared.key.of(&mut taken.incoming.delivery, shared.codec) {
-            Ok(key) => key,
-            Err(why) => {
+        let key = guard_user_code("the lane key (.by_key)", || {
+            shared.key.of(&mut taken.incoming.delivery, shared.codec)
+        });
+        let key = match key {
+            Ok(Ok(key)) => key,
+            // Settled as a handler panic: `retry()` under the cap, the dead letter at it.
+            Err(panicked) => {
+                let shared = Arc::clone(shared);
+                tasks.spawn(async move {
+                    let Shared {
+                        endpoint,
+                        executor,
+                        progress,
+                        ..
+                    } = &*shared;
+                    let incoming = &taken.incoming;
+                    settle_panicked(endpoint, executor, progress, incoming, panicked).await;
+                });
+                return;
+            }
+            Ok(Err(why)) => {
                 if let Some(not_logged) = NO_KEY.check() {
                     tracing::warn!(
                         registration = shared.endpoint.name(),

@@ -99,6 +99,8 @@ pub(crate) struct Source {
     /// A message found ready behind a Core request as it was taken ([`Source::behind`]):
     /// taken next, before anything else is read.
     pub(crate) ahead: Option<Incoming>,
+    /// Told whether the registration consumes (`/readyz`).
+    pub(crate) supervisor: crate::supervise::Supervisor,
 }
 
 impl Source {
@@ -196,6 +198,7 @@ impl Source {
                 }
             } else {
                 drop(permit);
+                self.supervisor.consuming(self.endpoint.name(), false);
                 tracing::warn!(
                     registration = self.endpoint.name(),
                     subject = %self.endpoint.info().descriptor.subject,
@@ -270,6 +273,7 @@ impl Source {
                 Ok((messages, unsubscribe)) => {
                     self.messages = messages;
                     self.unsubscribe = unsubscribe;
+                    self.supervisor.consuming(self.endpoint.name(), true);
                     tracing::info!(registration = self.endpoint.name(), "subscribed again");
                     return None;
                 }

@@ -6,7 +6,6 @@ use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use futures::FutureExt;
 use serde::de::DeserializeOwned;
 
 use super::builder::{BatchFn, HandlerKind, LayerStack, Registration};
@@ -20,7 +19,7 @@ use crate::delivery::Delivery;
 use crate::handled::Handled;
 use crate::handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs};
 use crate::outcome::HandlerOutcome;
-use crate::panic::panic_message;
+use crate::panic::{guard_async, panic_message};
 
 impl<S: Send + Sync + 'static> Registration<S> {
     /// A registration of handler `H` for messages `In`, publishing `O`.
@@ -77,14 +76,9 @@ impl<S: Send + Sync + 'static> Registration<S> {
                     let mut ctx =
                         BatchContext::new(batch, erased, publisher, name).with_format(codec);
                     let run = handler.handle_batch_with_state(&inputs, &outs, &state, &mut ctx);
-                    let per = match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+                    let per = match guard_async(run).await {
                         Ok(outcome) => batch_results(outcome, decoded.len()),
-                        Err(panic) => {
-                            vec![
-                                Handled::Panicked(panic_message(panic.as_ref()).to_owned());
-                                decoded.len()
-                            ]
-                        }
+                        Err(panicked) => vec![panicked; decoded.len()],
                     };
                     for (slot, handled) in decoded.into_iter().zip(per) {
                         results[slot] = Some(handled);
@@ -211,7 +205,7 @@ impl<S: Send + Sync + 'static> Call<'_, S> {
         let mut ctx =
             Context::new(self.delivery, erased, self.publisher, self.name).with_format(self.codec);
         let run = handler.handle_with_state(input, outs, self.state, &mut ctx);
-        let ran = std::panic::AssertUnwindSafe(run).catch_unwind().await;
+        let ran = guard_async(run).await;
         single_result(ran, &ctx)
     }
 }
@@ -241,10 +235,7 @@ impl<S> Registration<S> {
 
 /// What a single handler's run says: its outcome, its panic, or its own error (recorded on the
 /// context by the generated code or `Context::failure`).
-fn single_result(
-    ran: std::thread::Result<Result<(), HandlerOutcome>>,
-    ctx: &Context<'_>,
-) -> Handled {
+fn single_result(ran: Result<Result<(), HandlerOutcome>, Handled>, ctx: &Context<'_>) -> Handled {
     match ran {
         Ok(Ok(())) => match ctx.unconfirmed() {
             // An output a stream did not confirm: the input must come back.
@@ -266,7 +257,7 @@ fn single_result(
             Some(error) => Handled::Failed(error.to_owned()),
             None => Handled::Outcome(outcome),
         },
-        Err(panic) => Handled::Panicked(panic_message(panic.as_ref()).to_owned()),
+        Err(panicked) => panicked,
     }
 }
 

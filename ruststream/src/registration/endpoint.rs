@@ -18,6 +18,7 @@ use crate::delivery::Delivery;
 use crate::handled::Handled;
 use crate::observer::{Handling, Observer};
 use crate::outcome::HandlerOutcome;
+use crate::panic::{guard_async, guard_user_code};
 use crate::publish::Publish;
 use crate::settle::{self, Decision, Facts};
 
@@ -225,9 +226,8 @@ impl Endpoint {
         handler: &mut InlineHandler,
     ) -> (Delivery, (Handled, Decision)) {
         let (delivery, handled) = std::future::poll_fn(|cx| handler.poll_done(cx)).await;
-        let decision = self.decide(&delivery, &handled);
-        self.observe(&delivery, &handled, &decision);
-        (delivery, (handled, decision))
+        let concluded = self.conclude(&delivery, handled);
+        (delivery, concluded)
     }
 
     /// [`Handled::PastCap`] when `delivery` arrived past the cap: its handler must not run.
@@ -247,28 +247,31 @@ impl Endpoint {
     ) -> (Handled, Decision) {
         let handled = match &self.handler {
             _ if let Some(past_cap) = self.past_cap(delivery) => past_cap,
+            // The middleware around the handler is guarded as the handler is.
             BoundHandler::Single(call) => {
                 match self
-                    .limited(call.call(delivery, publisher, &self.name))
+                    .limited(guard_async(call.call(delivery, publisher, &self.name)))
                     .await
                 {
-                    Ok(handled) => handled,
+                    Ok(Ok(handled) | Err(handled)) => handled,
                     Err(limit) => Handled::TimedOut(limit),
                 }
             }
             BoundHandler::Batch(call) => {
                 let one = [delivery];
-                match self.limited(call(&one, publisher, &self.name)).await {
-                    Ok(mut handled) => handled
+                match self
+                    .limited(guard_async(call(&one, publisher, &self.name)))
+                    .await
+                {
+                    Ok(Ok(mut handled)) => handled
                         .pop()
                         .unwrap_or_else(|| Handled::NoOutcome("empty batch".into())),
+                    Ok(Err(panicked)) => panicked,
                     Err(limit) => Handled::TimedOut(limit),
                 }
             }
         };
-        let decision = self.decide(delivery, &handled);
-        self.observe(delivery, &handled, &decision);
-        (handled, decision)
+        self.conclude(delivery, handled)
     }
 
     /// Runs a batch handler on `deliveries` and decides each one's settlement.
@@ -288,8 +291,12 @@ impl Endpoint {
         let mut ran = match &self.handler {
             _ if run.is_empty() => Vec::new(),
             BoundHandler::Batch(call) => {
-                match self.limited(call(&run, publisher, &self.name)).await {
-                    Ok(handled) => handled,
+                match self
+                    .limited(guard_async(call(&run, publisher, &self.name)))
+                    .await
+                {
+                    Ok(Ok(handled)) => handled,
+                    Ok(Err(panicked)) => vec![panicked; run.len()],
                     Err(limit) => vec![Handled::TimedOut(limit); run.len()],
                 }
             }
@@ -297,8 +304,11 @@ impl Endpoint {
                 let mut out = Vec::with_capacity(run.len());
                 for d in &run {
                     out.push(
-                        match self.limited(call.call(d, publisher, &self.name)).await {
-                            Ok(handled) => handled,
+                        match self
+                            .limited(guard_async(call.call(d, publisher, &self.name)))
+                            .await
+                        {
+                            Ok(Ok(handled) | Err(handled)) => handled,
                             Err(limit) => Handled::TimedOut(limit),
                         },
                     );
@@ -319,22 +329,33 @@ impl Endpoint {
         deliveries
             .iter()
             .zip(handled)
-            .map(|(d, h)| {
-                let decision = self.decide(d, &h);
-                self.observe(d, &h, &decision);
-                (h, decision)
-            })
+            .map(|(d, h)| self.conclude(d, h))
             .collect()
     }
 
-    fn observe(&self, delivery: &Delivery, handled: &Handled, decision: &Decision) {
-        if let Some(observer) = &self.observer {
+    /// What `delivery` comes to after its handler, or other user code the runtime ran for it
+    /// (a lane key, an idempotency key, caught by the guard of `panic.rs`), said
+    /// `handled`: the decision, the observer told. An observer that panics makes it a handler
+    /// panic, decided as such (the observer is not told again).
+    pub fn conclude(&self, delivery: &Delivery, handled: Handled) -> (Handled, Decision) {
+        let decision = self.decide(delivery, &handled);
+        let Some(observer) = &self.observer else {
+            return (handled, decision);
+        };
+        let told = guard_user_code("the observer", || {
             observer.handled(&Handling {
                 registration: &self.name,
                 delivery,
-                handled,
-                decision,
+                handled: &handled,
+                decision: &decision,
             });
+        });
+        match told {
+            Ok(()) => (handled, decision),
+            Err(panicked) => {
+                let decision = self.decide(delivery, &panicked);
+                (panicked, decision)
+            }
         }
     }
 }
