@@ -1,19 +1,25 @@
-//! The edges a payload or a peer could push through, against a real nats-server: a subject
-//! built from payload data that names the KV or object store (`$KV.`, `$O.`) or another
-//! consumer's acknowledgements (`$JS.ACK.`) is refused before anything is sent, while ordinary
-//! publishes go on.
+//! The edges a payload, a peer or a shared server could push through, against a real
+//! nats-server: a subject built from payload data that names the KV or object store (`$KV.`,
+//! `$O.`) or another consumer's acknowledgements (`$JS.ACK.`) is refused before anything is
+//! sent, while ordinary publishes go on; a declared stream that already exists keeps its
+//! subjects and limits (the declaration adds and raises, never removes or tightens).
 
 mod support;
 
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
+use async_nats::jetstream::stream;
 use ruststream::PublishErrorKind;
+use ruststream_nats::StreamDeclaration;
 use ruststream_nats::prelude::*;
+use ruststream_nats::testing::{InProcessNats, StreamLimits, TestApp};
+use ruststream_nats::transport::{StreamSpec, Transport as _};
 use ruststream_test_server::client::{create_stream, stream_messages};
 use serde::{Deserialize, Serialize};
 use support::nats::{
-    PATIENCE, Recorder, STREAM, attempts, eventually, jetstream_server, publish_stored, start,
-    until_settled,
+    Logs, NatsServer, PATIENCE, Recorder, STREAM, Scripted, attempts, connect_jetstream,
+    eventually, jetstream_server, publish_stored, start, until_settled,
 };
 
 /// Where the router sends an order: to the subject `to` names, or, with `area` and `key`, to
@@ -149,4 +155,185 @@ async fn payload_built_subjects_cannot_reach_kv_object_store_or_acks() {
         }
     }
     assert!(refused.iter().all(|(id, ..)| *id != 6), "{refused:?}");
+}
+
+/// The app of the declaration tests: `refunds` reads `orders.created` from `ORDERS` (a stream
+/// an operator created with `orders.>`), and the broker declares `ORDERS` with `refunds.>` only,
+/// and stream `AUDIT` with replicas and limits.
+fn declaring(url: String) -> NatsBroker {
+    NatsBroker::new(url)
+        .declare_stream(STREAM, ["refunds.>"])
+        .declare_stream_with(
+            StreamDeclaration::new(STREAM, ["refunds.>"])
+                .max_age(Duration::from_secs(7 * 24 * 3600))
+                .max_messages(10),
+        )
+        .declare_stream_with(
+            StreamDeclaration::new("AUDIT", ["audit.>"])
+                .replicas(1)
+                .max_age(Duration::from_secs(3600))
+                .max_bytes(1 << 20)
+                .max_messages(1_000)
+                .duplicate_window(Duration::from_secs(30)),
+        )
+}
+
+#[tokio::test]
+async fn declaring_an_existing_stream_adds_subjects_and_raises_limits_only() {
+    let logs = Logs::default();
+    let _guard = logs.install_at(tracing::Level::WARN);
+    support::nats::logs();
+    let server = NatsServer::start();
+    let (_client, js) = connect_jetstream(&server).await;
+    js.create_stream(stream::Config {
+        name: STREAM.into(),
+        subjects: vec!["orders.>".into()],
+        max_age: Duration::from_secs(3600),
+        max_messages: 100,
+        ..Default::default()
+    })
+    .await
+    .expect("the operator's stream is created");
+    let before = publish_stored(&js, "orders.created", r#"{"id":1}"#).await;
+
+    // The first attempt is retried after a delay, the second acknowledged.
+    let handler = Scripted::first_then_ack(HandlerOutcome::retry_after(Duration::from_millis(200)));
+    let app = start(declaring(server.url()), |b| {
+        b.include(
+            JetStreamSubject::new("orders.created", STREAM)
+                .durable("refunds")
+                .handler(handler.clone()),
+        )
+        .max_attempts(attempts(3))
+        .dead_letter("orders.dead");
+    })
+    .await
+    .expect("the app starts");
+
+    let info = js
+        .get_stream(STREAM)
+        .await
+        .expect("the stream exists")
+        .info()
+        .await
+        .expect("its info")
+        .clone();
+    assert_eq!(
+        info.config.subjects,
+        ["orders.>", "refunds.>"],
+        "added, not replaced"
+    );
+    assert_eq!(
+        info.config.max_age,
+        Duration::from_secs(7 * 24 * 3600),
+        "raised"
+    );
+    assert_eq!(info.config.max_messages, 100, "not tightened to 10");
+    let after = publish_stored(&js, "orders.created", r#"{"id":2}"#).await;
+    publish_stored(&js, "refunds.issued", r#"{"id":3}"#).await;
+    let mut seen: Vec<u64> = handler.until_seen(4).await.iter().map(|s| s.id).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, [1, 1, 2, 2], "both orders handled, each retried once");
+    until_settled(
+        &js,
+        "refunds",
+        after.max(before),
+        "both orders acknowledged",
+    )
+    .await;
+    let stored: Vec<String> = stream_messages(&js, STREAM)
+        .await
+        .iter()
+        .map(|m| m.subject.to_string())
+        .collect();
+    assert_eq!(
+        stored,
+        ["orders.created", "orders.created", "refunds.issued"]
+    );
+
+    let audit = js
+        .get_stream("AUDIT")
+        .await
+        .expect("the declared stream exists")
+        .info()
+        .await
+        .expect("its info")
+        .config
+        .clone();
+    assert_eq!(audit.subjects, ["audit.>"]);
+    assert_eq!(audit.num_replicas, 1);
+    assert_eq!(audit.max_age, Duration::from_secs(3600));
+    assert_eq!(audit.max_bytes, 1 << 20);
+    assert_eq!(audit.max_messages, 1_000);
+    assert_eq!(audit.duplicate_window, Duration::from_secs(30));
+    app.stop().await.expect("the app stops");
+
+    assert_warned(
+        &logs,
+        "max_age 604800s (was 3600s)",
+        "max_messages 10 (stays 100)",
+    );
+}
+
+/// One warning names the subjects added to `ORDERS`, one the limit `raised`, one the limit
+/// `kept`.
+fn assert_warned(logs: &Logs, raised: &str, kept: &str) {
+    for needles in [
+        [
+            "ORDERS",
+            "added the subjects",
+            r#"added_subjects=["refunds.>"]"#,
+        ],
+        ["ORDERS", "added the subjects", raised],
+        ["ORDERS", "left as they are", kept],
+    ] {
+        let lines = logs.lines_with(&needles);
+        assert_eq!(
+            lines.len(),
+            1,
+            "one warning with {needles:?}:\n{}",
+            logs.text()
+        );
+        assert!(lines[0].contains("WARN"), "{}", lines[0]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_process_declaring_an_existing_stream_adds_subjects_and_raises_limits_only() {
+    let logs = Logs::default();
+    let _guard = logs.install_at(tracing::Level::WARN);
+    let nats = InProcessNats::new();
+    nats.declare_stream(StreamSpec {
+        name: STREAM.into(),
+        subjects: vec!["orders.>".into()],
+    })
+    .await
+    .expect("the operator's stream is declared");
+    assert!(nats.set_stream_limits(STREAM, StreamLimits::drop_oldest_past(100)));
+    let app = RustStream::new(AppInfo::new("declaring", "0.1.0"))
+        .with_broker(declaring("nats://127.0.0.1:1".into()), |_| {});
+    let t = TestApp::start_on(app, nats).await.expect("the app starts");
+    assert_eq!(
+        t.nats().stream_subjects(STREAM).expect("the stream exists"),
+        ["orders.>", "refunds.>"]
+    );
+    let limits = t.nats().stream_limits(STREAM).expect("the stream exists");
+    assert_eq!(limits.max_age, None, "unlimited is not tightened to 7 days");
+    assert_eq!(limits.max_msgs, Some(100), "not tightened to 10");
+    let audit = t.nats().stream_limits("AUDIT").expect("declared");
+    assert_eq!(audit.replicas, 1);
+    assert_eq!(audit.max_age, Some(Duration::from_secs(3600)));
+    assert_eq!(audit.max_bytes, Some(1 << 20));
+    assert_eq!(audit.max_msgs, Some(1_000));
+    assert_eq!(audit.duplicate_window, Duration::from_secs(30));
+    t.shutdown().await.expect("a clean stop");
+    // `max_age` has nothing to raise in process (the stream keeps messages forever).
+    let lines = logs.lines_with(&[
+        "ORDERS",
+        "added the subjects",
+        r#"added_subjects=["refunds.>"]"#,
+    ]);
+    assert_eq!(lines.len(), 1, "{}", logs.text());
+    let lines = logs.lines_with(&["ORDERS", "left as they are", "max_messages 10 (stays 100)"]);
+    assert_eq!(lines.len(), 1, "{}", logs.text());
 }
