@@ -45,6 +45,7 @@ impl NatsBroker {
             ));
         }
         tracing::info!(address = %address, from, "connecting to NATS (URL from {from})");
+        let options = options.for_servers(&servers);
         let mut built = options.build(&address).await?;
         match options.subscription_capacity {
             Some(0) => {

@@ -150,7 +150,8 @@ impl NatsBroker {
         self
     }
 
-    /// Refuses to connect without TLS.
+    /// Refuses to connect without TLS. A `tls://` URL sets it: every server is then reached
+    /// over TLS, those the cluster announces (plain `host:port`) too.
     pub fn require_tls(mut self, required: bool) -> Self {
         self.options.require_tls = required;
         self
