@@ -157,6 +157,93 @@ async fn payload_built_subjects_cannot_reach_kv_object_store_or_acks() {
     assert!(refused.iter().all(|(id, ..)| *id != 6), "{refused:?}");
 }
 
+/// A quote request.
+#[derive(Debug, Deserialize)]
+struct Ask {
+    id: u64,
+}
+
+/// The answer, published to `quotes.answered` and to the requester's reply subject.
+#[derive(Debug, Serialize, Outgoing)]
+#[outgoing(name = "quotes.answered")]
+struct Quoted {
+    id: u64,
+}
+
+#[subscriber(CoreSubject::new("quotes.ask"), reply)]
+async fn quote(ask: &Ask) -> Result<Quoted, HandlerOutcome> {
+    Ok(Quoted { id: ask.id })
+}
+
+/// A request's reply subject is the requester's choice: one under a reserved prefix other than
+/// `_INBOX.` is not answered (a "response" to `$JS.API.STREAM.DELETE.ORDERS` would delete the
+/// stream with the app's permissions), while the output is published and a real inbox answered.
+#[tokio::test]
+async fn a_reserved_reply_subject_is_not_answered() {
+    let (server, client, js) = jetstream_server().await;
+    let logs = Logs::default();
+    let _guard = logs.install_at(tracing::Level::WARN);
+    let recorder = Recorder::start(
+        &client,
+        [
+            "$JS.API.STREAM.DELETE.>",
+            "$KV.>",
+            "$O.>",
+            "quotes.answered",
+            "my.inbox.>",
+        ],
+    )
+    .await;
+    let app = start(NatsBroker::new(server.url()), |b| {
+        b.include(quote);
+    })
+    .await
+    .expect("the app starts");
+    let forged = [
+        "$JS.API.STREAM.DELETE.ORDERS",
+        "$KV.IDEM.order-7",
+        "$O.FILES.C.chunk",
+    ];
+    for (id, reply) in forged.iter().enumerate() {
+        client
+            .publish_with_reply("quotes.ask", *reply, format!(r#"{{"id":{id}}}"#).into())
+            .await
+            .expect("published");
+    }
+    client
+        .publish_with_reply("quotes.ask", "my.inbox.1", r#"{"id":9}"#.into())
+        .await
+        .expect("published");
+    // Four outputs and the real inbox's answer, the last request's.
+    let seen = eventually(PATIENCE, "four outputs and one answer", || async {
+        let outputs = recorder.matching("quotes.answered").len();
+        let answered = !recorder.matching("my.inbox.1").is_empty();
+        (outputs == forged.len() + 1 && answered).then(|| recorder.messages())
+    })
+    .await;
+    app.stop().await.expect("the app stops");
+    let mut subjects: Vec<String> = seen.iter().map(|m| m.subject.to_string()).collect();
+    subjects.sort();
+    assert_eq!(
+        subjects,
+        [
+            "my.inbox.1",
+            "quotes.answered",
+            "quotes.answered",
+            "quotes.answered",
+            "quotes.answered"
+        ],
+        "no answer reached a reserved subject"
+    );
+    js.get_stream(STREAM)
+        .await
+        .expect("the stream still exists");
+    for reply in forged {
+        let warned = logs.lines_with(&["WARN", reply, "not answered"]);
+        assert_eq!(warned.len(), 1, "{reply}:\n{}", logs.text());
+    }
+}
+
 /// The app of the declaration tests: `refunds` reads `orders.created` from `ORDERS` (a stream
 /// an operator created with `orders.>`), and the broker declares `ORDERS` with `refunds.>` only,
 /// and stream `AUDIT` with replicas and limits.

@@ -251,6 +251,18 @@ impl<'a> Context<'a> {
         value: &T,
         inbox: Option<&Arc<str>>,
     ) -> Result<(), PublishError> {
+        let inbox = match inbox {
+            Some(reply_to) if let Err(err) = refuse_reserved_reply(reply_to) => {
+                tracing::warn!(
+                    registration = self.registration,
+                    subject = self.subject(),
+                    %err,
+                    "the request's reply subject is reserved: the output is published, the request is not answered"
+                );
+                None
+            }
+            inbox => inbox,
+        };
         let (mut headers, payload) = self.encode_parts(&subject, value)?;
         self.correlate_headers(&mut headers);
         let origin = self.next_origin();
@@ -367,7 +379,12 @@ impl<'a> Context<'a> {
     /// Sends `message` as the response to the request being handled: a plain publish to the
     /// requester's inbox (`message.subject`), with the input's correlation id. Not an output:
     /// no stream stores an inbox.
+    ///
+    /// A reply subject under a reserved prefix other than `_INBOX.` is refused (kind
+    /// [`PublishErrorKind::Reserved`]): the requester chose it, and `$JS.API.STREAM.DELETE.X`
+    /// or a `$KV.` key is not an inbox.
     pub async fn respond(&self, mut message: OutboundMessage) -> Result<(), PublishError> {
+        refuse_reserved_reply(&message.subject)?;
         self.correlate(&mut message);
         self.publisher.publish(message).await
     }
@@ -403,6 +420,22 @@ pub(crate) fn outgoing_subject<T: Outgoing>(value: &T) -> Result<Cow<'static, st
             Cow::Owned(subject.into_owned())
         }
     })
+}
+
+/// Refuses a request's reply subject under a reserved prefix other than `_INBOX.`: the
+/// requester chose it, and answering `$JS.API.STREAM.DELETE.X` or a `$KV.` key would act on
+/// the server with the app's permissions.
+pub(crate) fn refuse_reserved_reply(reply_to: &str) -> Result<(), PublishError> {
+    match reserved_prefix(reply_to) {
+        Some(prefix) if prefix != "_INBOX." => Err(PublishError::new(
+            PublishErrorKind::Reserved,
+            reply_to,
+        )
+        .with_source(format!(
+            "the request's reply subject `{reply_to}` is under the reserved prefix `{prefix}`, which is not an inbox; nothing was sent to it"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Refuses `subject`, filled from `template` with a value's fields, when it is under a reserved
