@@ -295,7 +295,7 @@ impl Broker for NatsBroker {
                     Some(TransportOverride(transport)) => (Arc::clone(transport), false),
                     None => match env.get::<Embedded>() {
                         Some(embedded) => (
-                            start_embedded(embedded, &endpoints, &self.stream_specs()).await?,
+                            start_embedded(embedded, &endpoints, &self.streams).await?,
                             false,
                         ),
                         None => (
@@ -451,7 +451,7 @@ fn warn_stream_changes(name: &str, changes: &StreamChanges) {
 async fn start_embedded(
     embedded: &Embedded,
     endpoints: &[Endpoint],
-    declared: &[StreamSpec],
+    declared: &[StreamDeclaration],
 ) -> Result<Arc<dyn Transport>, Error> {
     let infos: Vec<RegistrationInfo> = endpoints.iter().map(|e| e.info().clone()).collect();
     let nats = crate::embedded::start(embedded, &infos, declared).await?;
@@ -462,7 +462,7 @@ async fn start_embedded(
 async fn start_embedded(
     _embedded: &Embedded,
     _endpoints: &[Endpoint],
-    _declared: &[StreamSpec],
+    _declared: &[StreamDeclaration],
 ) -> Result<Arc<dyn Transport>, Error> {
     Err(Error::new(
         ErrorKind::Config,
