@@ -315,3 +315,95 @@ async fn readiness_is_false_while_the_app_drains() {
     until_settled(&js, "draining", 1, "the acknowledgement sent in the drain").await;
     assert_eq!(get(addr, "/readyz").await.0, 503);
 }
+
+/// Idle connections (a port scan, a stuck client) take at most `max_connections` places: each
+/// new connection closes the oldest, so they never pile up and a new probe is answered.
+#[tokio::test]
+async fn idle_connections_neither_pile_up_nor_keep_the_probe_out() {
+    use std::io::Read as _;
+    const MAX: usize = 8;
+    const IDLE: usize = 40;
+    let server = telemetry::serve_with(
+        "127.0.0.1:0".parse().expect("an address"),
+        Health::new(),
+        None,
+        // Long enough that no idle connection is closed for taking too long.
+        telemetry::ServerLimits::default()
+            .max_connections(MAX)
+            .timeout(std::time::Duration::from_secs(3600)),
+    )
+    .await
+    .expect("the operations server binds");
+    let addr = server.local_addr();
+    // Connected by the kernel's backlog; they never send a byte.
+    let idle: Vec<std::net::TcpStream> = (0..IDLE)
+        .map(|_| {
+            let stream = std::net::TcpStream::connect(addr).expect("an idle client connects");
+            stream.set_nonblocking(true).expect("non-blocking");
+            stream
+        })
+        .collect();
+
+    let (status, body) = get(addr, "/healthz").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (200, "ok\n"),
+        "a new probe is answered"
+    );
+
+    // Closed by the server: end of stream (or a reset), not "nothing to read yet".
+    let closed = |mut stream: &std::net::TcpStream| {
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(err) => err.kind() != std::io::ErrorKind::WouldBlock,
+        }
+    };
+    // Accepted before the probe, all but at most MAX - 1 of them made room.
+    let n = eventually(
+        PATIENCE,
+        "the oldest idle connections are closed",
+        || async {
+            let n = idle.iter().filter(|s| closed(s)).count();
+            (n > IDLE - MAX).then_some(n)
+        },
+    )
+    .await;
+    assert!(
+        idle.iter().rev().take(MAX - 1).any(|s| !closed(s)),
+        "the newest idle connections stay open ({n} of {IDLE} closed)"
+    );
+    let (status, _) = get(addr, "/healthz").await;
+    assert_eq!(status, 200, "and probes go on being answered");
+}
+
+/// A client that connects and never finishes its request (or never reads the answer) is closed
+/// once the server's timeout passes.
+#[tokio::test]
+async fn a_stuck_client_is_closed_after_the_timeout() {
+    use std::io::{Read as _, Write as _};
+    let server = telemetry::serve_with(
+        "127.0.0.1:0".parse().expect("an address"),
+        Health::new(),
+        None,
+        telemetry::ServerLimits::default().timeout(std::time::Duration::from_millis(200)),
+    )
+    .await
+    .expect("the operations server binds");
+    let mut stuck = std::net::TcpStream::connect(server.local_addr()).expect("connects");
+    stuck
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .expect("half a request");
+    stuck.set_nonblocking(true).expect("non-blocking");
+    eventually(PATIENCE, "the stuck client is closed", || {
+        let mut byte = [0u8; 1];
+        let closed = match (&stuck).read(&mut byte) {
+            Ok(0) => Some(()),
+            Err(err) if err.kind() != std::io::ErrorKind::WouldBlock => Some(()),
+            _ => None,
+        };
+        async move { closed }
+    })
+    .await;
+}

@@ -1,6 +1,7 @@
 //! Destinations computed at run time: `#[outgoing(name = "orders.{tenant}.placed")]` filled
 //! from the value's fields and checked before anything is published, and `ctx.publish_to` for
-//! one-off subjects, which refuses `$JS.API.`, `$SYS.` and `_INBOX.` unless the call opts in.
+//! one-off subjects, which refuses the reserved prefixes (`$JS.API.`, `$JS.ACK.`, `$KV.`, `$O.`,
+//! `$SYS.`, `_INBOX.`) unless the call opts in.
 
 use ruststream::PublishErrorKind;
 use ruststream_nats::prelude::*;
@@ -112,6 +113,9 @@ async fn publish_to_refuses_reserved_prefixes_unless_asked() {
         "$JS.API.STREAM.DELETE.ORDERS",
         "$SYS.REQ.SERVER.PING",
         "_INBOX.abc",
+        "$KV.IDEM.order-7",
+        "$JS.ACK.ORDERS.other.1.1.1.0.0",
+        "$O.FILES.C.chunk",
     ] {
         t.publish("forward", &serde_json::json!({"to": to, "reserved": false}))
             .await
@@ -143,12 +147,18 @@ async fn publish_to_refuses_reserved_prefixes_unless_asked() {
             HandlerOutcome::drop(),
             HandlerOutcome::drop(),
             HandlerOutcome::drop(),
+            HandlerOutcome::drop(),
+            HandlerOutcome::drop(),
+            HandlerOutcome::drop(),
             HandlerOutcome::ack(),
             HandlerOutcome::ack(),
         ]
     );
     assert!(t.nats().published("$JS.API.>").is_empty());
     assert!(t.nats().published("$SYS.>").is_empty());
+    assert!(t.nats().published("$KV.>").is_empty());
+    assert!(t.nats().published("$O.>").is_empty());
+    assert!(t.nats().published("$JS.ACK.ORDERS.other.>").is_empty());
     assert_eq!(t.published::<String>("audit.log"), ["hello"]);
     assert_eq!(t.published::<String>("_INBOX.abc"), ["hello"], "opted in");
     t.shutdown().await.expect("a clean stop");

@@ -186,6 +186,15 @@ async fn tls_with_a_ca_the_test_generates() {
             .require_tls(true),
     )
     .await;
+    // A `tls://` URL alone asks for TLS (of the servers the cluster announces too).
+    serves(
+        &server,
+        NatsBroker::new(format!("tls://127.0.0.1:{}", server.port())).root_certificate(&pki.ca),
+        async_nats::ConnectOptions::new()
+            .add_root_certificates(pki.ca.clone())
+            .require_tls(true),
+    )
+    .await;
 
     // Another CA: the server's certificate is not trusted.
     let other = Pki::new(&dir.path().join("other"));

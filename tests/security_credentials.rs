@@ -6,11 +6,12 @@
 
 mod support;
 
-use ruststream::{AppInfo, ErrorKind, HandlerOutcome, RustStream};
+use ruststream::broker::BrokerUrl;
+use ruststream::{AppInfo, Env, ErrorKind, HandlerOutcome, RustStream};
 use ruststream_nats::{CoreSubject, NatsBroker};
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::client::publish_core;
-use support::nats::{Scripted, start};
+use support::nats::{Scripted, start, start_with};
 use support::security::{Captured, assert_never_shown, capture};
 
 /// A password with what a URL parser trips on: unencoded `/`, `?`, `:` and `#`.
@@ -79,6 +80,43 @@ async fn a_password_in_the_url_authenticates_and_is_never_shown() {
         async_nats::ConnectOptions::with_user_and_password("alice".into(), PASSWORD.into()),
     )
     .await;
+    assert_connected_at_trace(&captured);
+    assert_never_shown(&captured, PASSWORD, &texts);
+}
+
+#[tokio::test]
+async fn a_password_in_nats_url_authenticates_and_is_never_shown() {
+    let captured = capture();
+    let server = server_with_password(PASSWORD);
+    // The code's URL has no credentials; `NATS_URL` (or `run --url`) brings them.
+    let given = BrokerUrl {
+        url: with_credentials(&server, &format!("alice:{PASSWORD}")),
+        from: "NATS_URL",
+    };
+    let env = Env::new().with(given.clone());
+    let given_debug = format!("{given:?}");
+    assert!(
+        given_debug.contains(&format!("127.0.0.1:{}", server.port())),
+        "the given URL's Debug names the server: {given_debug}"
+    );
+    let mut texts = shown(&NatsBroker::new(server.url()));
+    texts.push(("the given URL's Debug", given_debug));
+    texts.push(("the environment's Debug", format!("{env:?}")));
+    let handler = Scripted::always(HandlerOutcome::ack());
+    let app = start_with(NatsBroker::new(server.url()), env, |b| {
+        b.include(CoreSubject::new("notices.sent").handler(handler.clone()));
+    })
+    .await
+    .unwrap_or_else(|err| panic!("the app starts with NATS_URL's credentials: {err}"));
+    texts.push(("the running app's Debug", format!("{app:?}")));
+    let client =
+        async_nats::ConnectOptions::with_user_and_password("alice".into(), PASSWORD.into())
+            .connect(server.url())
+            .await
+            .expect("the test client connects");
+    publish_core(&client, "notices.sent", &[], r#"{"id":1}"#).await;
+    assert_eq!(handler.until_seen(1).await[0].id, 1);
+    app.stop().await.expect("the app stops");
     assert_connected_at_trace(&captured);
     assert_never_shown(&captured, PASSWORD, &texts);
 }

@@ -24,7 +24,7 @@ use ruststream::{Error, ErrorKind, Headers};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, BufReader};
 
 pub use crate::transport::in_process::InProcessNats;
-use crate::transport::{StreamSpec, Transport};
+use crate::transport::{StreamDeclaration, StreamSpec, Transport};
 
 /// The streams an app's JetStream descriptors read, each with the subjects they read from it:
 /// what the embedded NATS and `TestApp` declare before the app starts, and what a live test
@@ -48,20 +48,15 @@ pub fn streams_of(registrations: &[RegistrationInfo]) -> Vec<StreamSpec> {
         .collect()
 }
 
-/// Declares `spec` on `nats`, keeping the subjects a stream of that name already stores.
+/// Declares `spec` on `nats`: created, or the subjects it lacks added to the stream of that
+/// name (which keeps its own).
 pub(crate) async fn declare_merged(
     nats: &InProcessNats,
-    mut spec: StreamSpec,
+    spec: impl Into<StreamDeclaration>,
 ) -> Result<(), Error> {
-    if let Some(existing) = nats.stream_subjects(&spec.name) {
-        for subject in existing.into_iter().rev() {
-            if !spec.subjects.contains(&subject) {
-                spec.subjects.insert(0, subject);
-            }
-        }
-    }
+    let spec = spec.into();
     let name = spec.name.clone();
-    nats.declare_stream(spec).await.map_err(|e| {
+    nats.declare_stream_with(spec).await.map(drop).map_err(|e| {
         Error::new(
             ErrorKind::Broker,
             format!("the in-process NATS refused stream `{name}`"),
@@ -76,13 +71,14 @@ pub(crate) async fn declare_merged(
 pub(crate) async fn start(
     embedded: &Embedded,
     registrations: &[RegistrationInfo],
-    declared: &[StreamSpec],
+    declared: &[StreamDeclaration],
 ) -> Result<InProcessNats, Error> {
     let nats = InProcessNats::new();
-    let mut streams = streams_of(registrations);
-    streams.extend(declared.iter().cloned());
-    for spec in &streams {
-        declare_merged(&nats, spec.clone()).await?;
+    for spec in streams_of(registrations) {
+        declare_merged(&nats, spec).await?;
+    }
+    for declaration in declared {
+        declare_merged(&nats, declaration.clone()).await?;
     }
     println!(
         "[embedded] NATS inside this process, for development: nothing is persisted and nothing outside the process can reach it"

@@ -44,7 +44,7 @@ pub use publish::{
     MSG_ID_HEADER, NatsClient, RELEARN_AFTER, STREAM_ADVISORIES, StoredPublish, output_message_id,
 };
 pub use settings::MIN_SERVER_VERSION;
-pub use transport::StoredAck;
+pub use transport::{StoredAck, StreamDeclaration};
 
 /// Every name a NATS service uses, in one glob: `use ruststream_nats::prelude::*;`.
 pub mod prelude {

@@ -61,6 +61,22 @@ pub(crate) struct ConnectionOptions {
 }
 
 impl ConnectionOptions {
+    /// These options for connecting to `servers`: TLS is required of every server, those the
+    /// cluster announces too, when one of `servers` says `tls://` (async-nats otherwise takes
+    /// a discovered server's `host:port` as plain `nats://`).
+    pub(crate) fn for_servers(mut self, servers: &[String]) -> Self {
+        let tls = |server: &String| {
+            server
+                .trim()
+                .get(..6)
+                .is_some_and(|scheme| scheme.eq_ignore_ascii_case("tls://"))
+        };
+        if servers.iter().any(tls) {
+            self.require_tls = true;
+        }
+        self
+    }
+
     /// The async-nats options; reads the credentials file when one is set.
     pub(crate) async fn build(&self, address: &str) -> Result<ConnectOptions, Error> {
         let mut options = ConnectOptions::new().connection_timeout(
@@ -222,6 +238,32 @@ mod tests {
         );
         // Unencoded `/`, `?` and `@` in a password: the credentials end at the last `@`.
         assert_eq!(redact("nats://u:pa/ss?w@rd@host:4222"), "nats://host:4222");
+    }
+
+    #[tokio::test]
+    async fn a_tls_url_requires_tls_of_every_server() {
+        let built = |servers: &[&str]| {
+            let servers: Vec<String> = servers.iter().map(|s| (*s).to_owned()).collect();
+            let options = ConnectionOptions::default().for_servers(&servers);
+            async move {
+                let built = options.build("test").await.expect("built");
+                format!("{built:?}")
+            }
+        };
+        for servers in [&["tls://a:4222"][..], &["nats://a:4222", " TLS://b:4222"]] {
+            let shown = built(servers).await;
+            assert!(
+                shown.contains(r#""tls_required": true"#),
+                "{servers:?}: {shown}"
+            );
+        }
+        for servers in [&["nats://a:4222"][..], &["a:4222"], &["nats://tls:4222"]] {
+            let shown = built(servers).await;
+            assert!(
+                shown.contains(r#""tls_required": false"#),
+                "{servers:?}: {shown}"
+            );
+        }
     }
 
     #[test]

@@ -7,19 +7,20 @@ use ruststream::settle::DeliveryModel;
 use ruststream::{Error, ErrorKind};
 
 use crate::subject::{is_pattern, matches, name_problem, subject_problem};
-use crate::transport::StreamSpec;
+use crate::transport::{StreamDeclaration, StreamSpec};
 
 /// Checks every registration and declared stream; one `Config` error lists every problem.
 pub(crate) fn validate(
     registrations: &[RegistrationInfo],
-    streams: &[StreamSpec],
+    streams: &[StreamDeclaration],
 ) -> Result<(), Error> {
     let mut problems = Vec::new();
     for registration in registrations {
         check_registration(registration, &mut problems);
     }
     for stream in streams {
-        check_stream(stream, &mut problems);
+        check_stream(&stream.spec(), &mut problems);
+        problems.extend(stream.problems());
     }
     check_shared_durables(registrations, &mut problems);
     report(problems)

@@ -308,7 +308,9 @@ pub fn fill_subject(
         }
         tokens.push(value);
     }
-    Ok(tokens.join("."))
+    let subject = tokens.join(".");
+    crate::context::refuse_filled_reserved(template, &subject)?;
+    Ok(subject)
 }
 
 /// A descriptor expression, checked where the user wrote it.

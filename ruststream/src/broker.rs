@@ -141,12 +141,70 @@ impl Env {
 
 /// Put into the [`Env`] by the generated `main`: the broker URL from `run --url` or the
 /// `NATS_URL` environment variable, which a broker uses instead of the URL in the code.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` shows the URL with every server's credentials redacted.
+#[derive(Clone, PartialEq, Eq)]
 pub struct BrokerUrl {
     /// The URL, as given (it may carry credentials: never print it as it is).
     pub url: String,
     /// Where it came from, for logs and errors: `--url` or `NATS_URL`.
     pub from: &'static str,
+}
+
+impl fmt::Debug for BrokerUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BrokerUrl")
+            .field("url", &redact_url(&self.url))
+            .field("from", &self.from)
+            .finish()
+    }
+}
+
+/// `url` safe to print: every server's credentials (`user:password@`, `token@`, up to the last
+/// `@` of the server) become `<redacted>@`. A server that is not `host[:port]` once its
+/// credentials are out (a password cut by an unencoded `,`) is shown as `<redacted>` whole.
+pub(crate) fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|one| {
+            let one = one.trim();
+            let (scheme, rest) = match one.find("://") {
+                Some(i) => one.split_at(i + 3),
+                None => ("", one),
+            };
+            let (userinfo, host) = match rest.rfind('@') {
+                Some(at) => ("<redacted>@", &rest[at + 1..]),
+                None => ("", rest),
+            };
+            if looks_like_host(host) {
+                format!("{scheme}{userinfo}{host}")
+            } else {
+                "<redacted>".to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Whether `rest` (what follows the scheme and credentials) starts with `host` or `host:port`
+/// with a numeric port, so that it cannot be a piece of a password.
+fn looks_like_host(rest: &str) -> bool {
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.starts_with('[') {
+        // An IPv6 address: `[::1]` or `[::1]:4222`.
+        return match authority.rsplit_once(']') {
+            Some((_, "")) => true,
+            Some((_, port)) => port
+                .strip_prefix(':')
+                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())),
+            None => false,
+        };
+    }
+    match authority.split_once(':') {
+        None => !authority.is_empty(),
+        Some((host, port)) => {
+            !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+        }
+    }
 }
 
 /// Put into the [`Env`] by `run --embedded` (or `RUSTSTREAM_EMBEDDED=1`): the broker
@@ -158,4 +216,51 @@ pub struct Embedded {
     pub seed: Option<std::path::PathBuf>,
     /// Whether to read more `publish SUBJECT JSON` lines from standard input.
     pub stdin: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_url_hides_every_credential() {
+        assert_eq!(redact_url("nats://localhost:4222"), "nats://localhost:4222");
+        assert_eq!(
+            redact_url("nats://alice:s3cret@localhost:4222"),
+            "nats://<redacted>@localhost:4222"
+        );
+        assert_eq!(
+            redact_url("tls://T0KEN@host:4222/x"),
+            "tls://<redacted>@host:4222/x"
+        );
+        assert_eq!(redact_url("a:b@host"), "<redacted>@host");
+        assert_eq!(
+            redact_url("nats://u:pa/ss?w@rd@host:4222, nats://b:4222"),
+            "nats://<redacted>@host:4222,nats://b:4222"
+        );
+        assert_eq!(redact_url("nats://[::1]:4222"), "nats://[::1]:4222");
+        // A password cut by an unencoded `,`: neither piece shows.
+        assert_eq!(
+            redact_url("nats://alice:pa,ss@host:4222"),
+            "<redacted>,<redacted>@host:4222"
+        );
+    }
+
+    #[test]
+    fn broker_url_debug_shows_no_password() {
+        let url = BrokerUrl {
+            url: "nats://alice:Pw/9x?q:z#Lm2@127.0.0.1:4222".into(),
+            from: "NATS_URL",
+        };
+        let shown = format!("{url:?}");
+        assert!(!shown.contains("Pw/9x"), "{shown}");
+        assert!(!shown.contains("Lm2"), "{shown}");
+        assert!(shown.contains("127.0.0.1:4222"), "{shown}");
+        assert!(shown.contains("NATS_URL"), "{shown}");
+        let token = BrokerUrl {
+            url: "nats://T0k3n-7f1c@host".into(),
+            from: "--url",
+        };
+        assert!(!format!("{token:?}").contains("T0k3n"), "{token:?}");
+    }
 }

@@ -60,8 +60,11 @@ impl Outputs {
 }
 
 /// The subject prefixes `publish_to` refuses unless the call opts in
-/// ([`Context::publish_to_reserved`]): the JetStream API, the system account, reply inboxes.
-pub const RESERVED_PREFIXES: [&str; 3] = ["$JS.API.", "$SYS.", "_INBOX."];
+/// ([`Context::publish_to_reserved`]): the JetStream API, JetStream acknowledgements (another
+/// consumer's messages), the KV and object stores (idempotency keys live in a KV bucket), the
+/// system account, reply inboxes.
+pub const RESERVED_PREFIXES: [&str; 6] =
+    ["$JS.API.", "$JS.ACK.", "$KV.", "$O.", "$SYS.", "_INBOX."];
 
 /// The reserved prefix `subject` is under (or is, without its dot), if any: what `publish_to`
 /// and requests refuse.
@@ -248,6 +251,18 @@ impl<'a> Context<'a> {
         value: &T,
         inbox: Option<&Arc<str>>,
     ) -> Result<(), PublishError> {
+        let inbox = match inbox {
+            Some(reply_to) if let Err(err) = refuse_reserved_reply(reply_to) => {
+                tracing::warn!(
+                    registration = self.registration,
+                    subject = self.subject(),
+                    %err,
+                    "the request's reply subject is reserved: the output is published, the request is not answered"
+                );
+                None
+            }
+            inbox => inbox,
+        };
         let (mut headers, payload) = self.encode_parts(&subject, value)?;
         self.correlate_headers(&mut headers);
         let origin = self.next_origin();
@@ -264,7 +279,7 @@ impl<'a> Context<'a> {
         value: &T,
         headers: Headers,
     ) -> Result<(), PublishError> {
-        let subject = value.subject()?;
+        let subject = outgoing_subject(value)?;
         let mut message = self.encoded(&subject, value)?;
         let mut headers = headers;
         if crate::codec::content_type_of(&headers).is_none() {
@@ -278,10 +293,11 @@ impl<'a> Context<'a> {
     /// Publishes any serializable value to `subject`, in the registration's format (JSON by
     /// default) with its `content-type` header, for one-off destinations.
     ///
-    /// The subject is checked before anything is sent. Subjects under `$JS.API.`, `$SYS.` and
-    /// `_INBOX.` are refused (kind [`PublishErrorKind::Reserved`]): a subject built from
-    /// payload data must not reach the JetStream API. Use
-    /// [`Context::publish_to_reserved`] to publish there on purpose.
+    /// The subject is checked before anything is sent. Subjects under the
+    /// [`RESERVED_PREFIXES`] (`$JS.API.`, `$JS.ACK.`, `$KV.`, `$O.`, `$SYS.`, `_INBOX.`) are
+    /// refused (kind [`PublishErrorKind::Reserved`]): a subject built from payload data must
+    /// not reach the JetStream API, acknowledge another consumer's message or write a KV key.
+    /// Use [`Context::publish_to_reserved`] to publish there on purpose.
     pub async fn publish_to<T: Serialize + ?Sized>(
         &self,
         subject: &str,
@@ -296,7 +312,7 @@ impl<'a> Context<'a> {
     }
 
     /// [`Context::publish_to`] without the reserved-prefix check: the call opts in to publish
-    /// under `$JS.API.`, `$SYS.` or `_INBOX.`.
+    /// under one of the [`RESERVED_PREFIXES`].
     pub async fn publish_to_reserved<T: Serialize + ?Sized>(
         &self,
         subject: &str,
@@ -363,7 +379,12 @@ impl<'a> Context<'a> {
     /// Sends `message` as the response to the request being handled: a plain publish to the
     /// requester's inbox (`message.subject`), with the input's correlation id. Not an output:
     /// no stream stores an inbox.
+    ///
+    /// A reply subject under a reserved prefix other than `_INBOX.` is refused (kind
+    /// [`PublishErrorKind::Reserved`]): the requester chose it, and `$JS.API.STREAM.DELETE.X`
+    /// or a `$KV.` key is not an inbox.
     pub async fn respond(&self, mut message: OutboundMessage) -> Result<(), PublishError> {
+        refuse_reserved_reply(&message.subject)?;
         self.correlate(&mut message);
         self.publisher.publish(message).await
     }
@@ -394,8 +415,43 @@ impl<'a> Context<'a> {
 pub(crate) fn outgoing_subject<T: Outgoing>(value: &T) -> Result<Cow<'static, str>, PublishError> {
     Ok(match value.subject()? {
         Cow::Borrowed(subject) if subject == T::SUBJECT => Cow::Borrowed(T::SUBJECT),
-        subject => Cow::Owned(subject.into_owned()),
+        subject => {
+            refuse_filled_reserved(T::SUBJECT, &subject)?;
+            Cow::Owned(subject.into_owned())
+        }
     })
+}
+
+/// Refuses a request's reply subject under a reserved prefix other than `_INBOX.`: the
+/// requester chose it, and answering `$JS.API.STREAM.DELETE.X` or a `$KV.` key would act on
+/// the server with the app's permissions.
+pub(crate) fn refuse_reserved_reply(reply_to: &str) -> Result<(), PublishError> {
+    match reserved_prefix(reply_to) {
+        Some(prefix) if prefix != "_INBOX." => Err(PublishError::new(
+            PublishErrorKind::Reserved,
+            reply_to,
+        )
+        .with_source(format!(
+            "the request's reply subject `{reply_to}` is under the reserved prefix `{prefix}`, which is not an inbox; nothing was sent to it"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses `subject`, filled from `template` with a value's fields, when it is under a reserved
+/// prefix the template does not start with: the value, not the code, chose the prefix
+/// (`{area}.idem.{key}` filled with `$KV`).
+pub(crate) fn refuse_filled_reserved(template: &str, subject: &str) -> Result<(), PublishError> {
+    match reserved_prefix(subject) {
+        Some(prefix) if !template.starts_with(prefix) => Err(PublishError::new(
+            PublishErrorKind::Reserved,
+            subject,
+        )
+        .with_source(format!(
+            "`{subject}`, filled from `{template}`, is under the reserved prefix `{prefix}`, which a value's fields may not choose; nothing was published"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Sends `value` as a JSON request to `subject` through `publisher`, decodes the response.
@@ -426,5 +482,40 @@ impl std::fmt::Debug for Context<'_> {
             .field("registration", &self.registration)
             .field("delivery", self.delivery)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::__private::fill_subject;
+
+    #[test]
+    fn kv_object_store_and_acks_are_reserved() {
+        for subject in [
+            "$KV.IDEM.k",
+            "$O.FILES.C.x",
+            "$JS.ACK.S.c.1.1.1.0.0",
+            "$JS.ACK",
+        ] {
+            assert!(reserved_prefix(subject).is_some(), "{subject}");
+        }
+        for subject in ["KV.IDEM.k", "orders.$KV", "$JS.ACKS", "$OBJ.x"] {
+            assert_eq!(reserved_prefix(subject), None, "{subject}");
+        }
+    }
+
+    #[test]
+    fn a_value_may_not_choose_a_reserved_prefix() {
+        let err = fill_subject("{area}.idem.{key}", &[("area", &"$KV"), ("key", &"k")])
+            .expect_err("the value chose `$KV.`");
+        assert_eq!(err.kind(), PublishErrorKind::Reserved);
+        assert!(err.to_string().contains("$KV.idem.k"), "{err}");
+        // The template's own prefix is the code's choice.
+        assert_eq!(
+            fill_subject("$KV.{bucket}.seen", &[("bucket", &"IDEM")]).expect("allowed"),
+            "$KV.IDEM.seen"
+        );
+        assert!(fill_subject("{area}.idem.{key}", &[("area", &"orders"), ("key", &"k")]).is_ok());
     }
 }

@@ -14,9 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
+mod http;
+
+pub use self::http::{Server, ServerLimits, serve, serve_with};
 pub use crate::delivery_log::{DeliveryLog, Plain};
 use crate::handled::Handled;
 use crate::outcome::HandlerOutcome;
@@ -320,140 +321,4 @@ pub fn install_prometheus() -> Result<Render, crate::Error> {
             ),
         )),
     }
-}
-
-/// The HTTP server of `--metrics-addr`, bound and serving.
-#[derive(Debug)]
-pub struct Server {
-    addr: std::net::SocketAddr,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Server {
-    /// The address it listens on (with the port the system chose for port 0).
-    pub fn local_addr(&self) -> std::net::SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Binds `addr` and serves `/metrics` (the text of `render`, 404 without one), `/healthz`
-/// (200 while the process runs) and `/readyz` (200 when `health` is ready, 503 with the
-/// reason otherwise). HTTP/1.1 GET only, one request per connection: what Prometheus and
-/// orchestrators' probes send. Served until the [`Server`] is dropped.
-///
-/// The exporter's own listener serves only metrics; this one answers the health probes on the
-/// same address and needs no HTTP framework.
-///
-/// # Errors
-///
-/// `addr` cannot be bound.
-pub async fn serve(
-    addr: std::net::SocketAddr,
-    health: Health,
-    render: Option<Render>,
-) -> Result<Server, crate::Error> {
-    let listener = TcpListener::bind(addr).await.map_err(|e| {
-        crate::Error::new(
-            crate::ErrorKind::Config,
-            format!(
-                "cannot listen for metrics and health on {addr} (--metrics-addr): {e}; choose a free address"
-            ),
-        )
-    })?;
-    let addr = listener.local_addr().unwrap_or(addr);
-    let task = tokio::spawn(async move {
-        loop {
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
-                Err(err) => {
-                    // Out of file descriptors, for one: wait instead of spinning.
-                    tracing::warn!(%err, "the metrics and health server cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let health = health.clone();
-            let render = render.clone();
-            tokio::spawn(async move {
-                let _ = answer(stream, &health, render.as_ref()).await;
-            });
-        }
-    });
-    Ok(Server { addr, task })
-}
-
-/// Reads one request (up to its blank line, at most 8 KiB, 10 s) and answers it.
-async fn answer(
-    mut stream: tokio::net::TcpStream,
-    health: &Health,
-    render: Option<&Render>,
-) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    let read = async {
-        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-            let n = stream.read(&mut chunk).await?;
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        Ok::<_, std::io::Error>(())
-    };
-    tokio::time::timeout(Duration::from_secs(10), read)
-        .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-    let request = String::from_utf8_lossy(&buf);
-    let mut words = request.split_whitespace();
-    let method = words.next().unwrap_or("");
-    let path = words.next().unwrap_or("").split('?').next().unwrap_or("");
-    let (status, content_type, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => match render {
-            Some(render) => (
-                "200 OK",
-                "text/plain; version=0.0.4; charset=utf-8",
-                render(),
-            ),
-            None => (
-                "404 Not Found",
-                "text/plain; charset=utf-8",
-                "metrics are not compiled in: enable the `prometheus` feature of ruststream\n"
-                    .to_owned(),
-            ),
-        },
-        ("GET" | "HEAD", "/healthz") => ("200 OK", "text/plain; charset=utf-8", "ok\n".to_owned()),
-        ("GET" | "HEAD", "/readyz") => match health.readiness() {
-            Ok(()) => ("200 OK", "text/plain; charset=utf-8", "ready\n".to_owned()),
-            Err(why) => (
-                "503 Service Unavailable",
-                "text/plain; charset=utf-8",
-                format!("not ready: {why}\n"),
-            ),
-        },
-        ("GET" | "HEAD", _) => (
-            "404 Not Found",
-            "text/plain; charset=utf-8",
-            "not found: try /metrics, /healthz or /readyz\n".to_owned(),
-        ),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain; charset=utf-8",
-            "only GET\n".to_owned(),
-        ),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    if method != "HEAD" {
-        stream.write_all(body.as_bytes()).await?;
-    }
-    stream.shutdown().await
 }

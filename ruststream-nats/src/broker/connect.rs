@@ -45,6 +45,7 @@ impl NatsBroker {
             ));
         }
         tracing::info!(address = %address, from, "connecting to NATS (URL from {from})");
+        let options = options.for_servers(&servers);
         let mut built = options.build(&address).await?;
         // Not async-nats's own setting, which sizes every subscription's buffer (the pull
         // inboxes' too): the transport bounds Core subscriptions itself.

@@ -32,7 +32,9 @@ use crate::running::RunningNatsBroker;
 use crate::settings;
 use crate::source::{Progress, Reopen, Source};
 use crate::supervise::{Kind, Supervisor};
-use crate::transport::{StreamSpec, Subscription, Transport, TransportOverride};
+use crate::transport::{
+    StreamChanges, StreamDeclaration, StreamSpec, Subscription, Transport, TransportOverride,
+};
 use crate::validate::validate;
 
 /// A NATS server (Core and JetStream over one connection).
@@ -64,7 +66,7 @@ pub struct NatsBroker {
     /// Why the URL's credentials cannot be used.
     url_problem: Option<String>,
     options: ConnectionOptions,
-    streams: Vec<StreamSpec>,
+    streams: Vec<StreamDeclaration>,
 }
 
 impl fmt::Debug for NatsBroker {
@@ -149,7 +151,8 @@ impl NatsBroker {
         self
     }
 
-    /// Refuses to connect without TLS.
+    /// Refuses to connect without TLS. A `tls://` URL sets it: every server is then reached
+    /// over TLS, those the cluster announces (plain `host:port`) too.
     pub fn require_tls(mut self, required: bool) -> Self {
         self.options.require_tls = required;
         self
@@ -195,18 +198,30 @@ impl NatsBroker {
         self
     }
 
-    /// Creates stream `name` storing `subjects` at startup, or updates its subjects when it
-    /// exists. Without a declaration the crate declares nothing to the server.
-    pub fn declare_stream<I, S>(mut self, name: impl Into<String>, subjects: I) -> Self
+    /// Creates stream `name` storing `subjects` at startup, or adds the subjects it lacks when
+    /// it exists (never removing one, with a warning naming what it added). Without a
+    /// declaration the crate declares nothing to the server.
+    pub fn declare_stream<I, S>(self, name: impl Into<String>, subjects: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.streams.push(StreamSpec {
-            name: name.into(),
-            subjects: subjects.into_iter().map(Into::into).collect(),
-        });
+        self.declare_stream_with(StreamDeclaration::new(name, subjects))
+    }
+
+    /// [`declare_stream`](Self::declare_stream) with replicas and limits:
+    /// `.declare_stream_with(StreamDeclaration::new("PAYMENTS", ["payments.>"]).replicas(3))`.
+    /// An existing stream gets the subjects it lacks and each limit below the declared one
+    /// raised; a limit the declaration would tighten is left as it is (tightening could
+    /// discard stored messages), and a warning names what changed and what did not.
+    pub fn declare_stream_with(mut self, declaration: StreamDeclaration) -> Self {
+        self.streams.push(declaration);
         self
+    }
+
+    /// The declared streams' names and subjects.
+    fn stream_specs(&self) -> Vec<StreamSpec> {
+        self.streams.iter().map(StreamDeclaration::spec).collect()
     }
 }
 
@@ -250,7 +265,7 @@ impl Broker for NatsBroker {
             let mut done = vec![format!(
                 "connected to nats-server {version} at {address} (URL from {from})"
             )];
-            done.extend(check_on_server(&transport, registrations, &self.streams).await?);
+            done.extend(check_on_server(&transport, registrations, &self.stream_specs()).await?);
             Ok(done)
         })
     }
@@ -298,14 +313,15 @@ impl Broker for NatsBroker {
                         }
                     },
                 };
-            for spec in &self.streams {
-                transport
-                    .declare_stream(spec.clone())
+            for declaration in &self.streams {
+                let changes = transport
+                    .declare_stream_with(declaration.clone())
                     .await
                     // The transport's error names the stream and what went wrong.
                     .map_err(|err| {
                         Error::new(ErrorKind::Broker, "cannot start the broker").with_source(err)
                     })?;
+                warn_stream_changes(&declaration.name, &changes);
             }
             check_streams(&*transport, &endpoints).await?;
             warn_unstored_dead_letters(&*transport, &endpoints).await;
@@ -433,12 +449,32 @@ impl Broker for NatsBroker {
     }
 }
 
+/// Warns that declaring stream `name` changed the existing stream, or left a limit it asks
+/// for as it was: an operator who shares the stream sees why it changed.
+fn warn_stream_changes(name: &str, changes: &StreamChanges) {
+    if changes.changed() {
+        tracing::warn!(
+            stream = %name,
+            added_subjects = ?changes.added_subjects,
+            raised = ?changes.raised,
+            "the declared stream existed; added the subjects and raised the limits it lacked (nothing was removed)"
+        );
+    }
+    if !changes.kept.is_empty() {
+        tracing::warn!(
+            stream = %name,
+            kept = ?changes.kept,
+            "the declared stream existed with looser limits, left as they are: tightening could discard stored messages; change them on the server if meant"
+        );
+    }
+}
+
 /// The embedded NATS in place of a server (`run --embedded`).
 #[cfg(feature = "embedded")]
 async fn start_embedded(
     embedded: &Embedded,
     endpoints: &[Endpoint],
-    declared: &[StreamSpec],
+    declared: &[StreamDeclaration],
 ) -> Result<Arc<dyn Transport>, Error> {
     let infos: Vec<RegistrationInfo> = endpoints.iter().map(|e| e.info().clone()).collect();
     let nats = crate::embedded::start(embedded, &infos, declared).await?;
@@ -449,7 +485,7 @@ async fn start_embedded(
 async fn start_embedded(
     _embedded: &Embedded,
     _endpoints: &[Endpoint],
-    _declared: &[StreamSpec],
+    _declared: &[StreamDeclaration],
 ) -> Result<Arc<dyn Transport>, Error> {
     Err(Error::new(
         ErrorKind::Config,

@@ -8,9 +8,13 @@
 //! (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>`),
 //! exactly as on a real server, so both transports parse and settle the same way.
 
+mod declaration;
 #[cfg(feature = "embedded")]
 pub(crate) mod in_process;
 pub mod nats;
+
+pub(crate) use declaration::{Limits, add_subjects};
+pub use declaration::{StreamChanges, StreamDeclaration};
 
 /// The header JetStream deduplicates on (`crate::publish::MSG_ID_HEADER` re-exports it): the
 /// transport adds it to a stored output, and the in-process NATS's streams read it.
@@ -521,8 +525,33 @@ pub trait Transport: Send + Sync + 'static {
         })
     }
 
-    /// Creates stream `spec`, or updates its subjects.
+    /// Creates stream `spec`, or adds the subjects it lacks to the existing one (never
+    /// removing one).
     fn declare_stream(&self, spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>>;
+
+    /// [`declare_stream`](Self::declare_stream) with the declaration's replicas and limits:
+    /// created with them, or, when the stream exists, its subjects added and each limit below
+    /// the declared one raised (never tightened); returns what changed on an existing stream.
+    ///
+    /// The default declares the subjects and refuses a declaration with limits.
+    fn declare_stream_with(
+        &self,
+        declaration: StreamDeclaration,
+    ) -> BoxFuture<'_, Result<StreamChanges, TransportError>> {
+        Box::pin(async move {
+            if declaration.has_limits() {
+                return Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!(
+                        "this transport cannot declare stream `{}` with replicas or limits",
+                        declaration.name
+                    ),
+                ));
+            }
+            self.declare_stream(declaration.spec()).await?;
+            Ok(StreamChanges::default())
+        })
+    }
 
     /// Gets, creates, or updates (when mutable settings changed) the consumer, and starts
     /// pulling from it.

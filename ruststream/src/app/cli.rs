@@ -50,7 +50,7 @@ Settings (a flag overrides the environment, which overrides the code):
                    RUSTSTREAM_LOG_FORMAT  log lines for people (default) or JSON lines
                    RUST_LOG               the log filter (info by default)";
 
-#[derive(Debug, Parser)]
+#[derive(Parser)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -60,7 +60,7 @@ struct Cli {
     log_format: Option<String>,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand)]
 enum Command {
     /// Connect and handle messages until SIGINT or SIGTERM (the default).
     Run(RunArgs),
@@ -87,14 +87,14 @@ enum Command {
     },
 }
 
-#[derive(Debug, Default, Args)]
+#[derive(Default, Args)]
 struct UrlArg {
     /// The broker URL; overrides the NATS_URL environment variable and the URL in the code.
     #[arg(long, value_name = "URL")]
     url: Option<String>,
 }
 
-#[derive(Debug, Default, Args)]
+#[derive(Default, Args)]
 struct RunArgs {
     #[command(flatten)]
     url: UrlArg,

@@ -122,8 +122,10 @@ pub(crate) fn headers_from(map: &async_nats::HeaderMap) -> Headers {
 }
 
 /// A stream's limits, as far as the in-process NATS follows them: the most messages it keeps
-/// (then `discard: new` refuses a new one, `discard: old` drops the oldest), and its duplicate
-/// window (a `Nats-Msg-Id` seen within it is acknowledged as a duplicate and not stored again).
+/// (then `discard: new` refuses a new one, `discard: old` drops the oldest), the most bytes
+/// and the oldest age it keeps (the oldest messages go first), and its duplicate window (a
+/// `Nats-Msg-Id` seen within it is acknowledged as a duplicate and not stored again). Its
+/// replicas are recorded only: the in-process NATS is one server.
 ///
 /// Set them with [`InProcessNats::set_stream_limits`](super::InProcessNats::set_stream_limits).
 /// The defaults are the server's: no limit, `discard: old`, a 2-minute window.
@@ -137,6 +139,12 @@ pub struct StreamLimits {
     pub discard_new: bool,
     /// How long a message id is remembered.
     pub duplicate_window: std::time::Duration,
+    /// The most bytes (subjects and payloads) the stream keeps.
+    pub max_bytes: Option<u64>,
+    /// How long a message is kept.
+    pub max_age: Option<std::time::Duration>,
+    /// How many servers would keep a copy.
+    pub replicas: usize,
 }
 
 impl Default for StreamLimits {
@@ -145,6 +153,9 @@ impl Default for StreamLimits {
             max_msgs: None,
             discard_new: false,
             duplicate_window: std::time::Duration::from_secs(120),
+            max_bytes: None,
+            max_age: None,
+            replicas: 1,
         }
     }
 }
@@ -171,5 +182,29 @@ impl StreamLimits {
     pub fn with_duplicate_window(mut self, window: std::time::Duration) -> Self {
         self.duplicate_window = window;
         self
+    }
+
+    /// As the declaration's numbers ([`Limits`](crate::transport::Limits)).
+    pub(crate) fn limits(&self) -> crate::transport::Limits {
+        crate::transport::Limits {
+            replicas: Some(u64::try_from(self.replicas.max(1)).unwrap_or(u64::MAX)),
+            max_age: self.max_age,
+            max_bytes: self.max_bytes,
+            max_messages: self.max_msgs,
+            duplicate_window: Some(self.duplicate_window),
+        }
+    }
+
+    /// With the limits `limits` sets.
+    pub(crate) fn set(&mut self, limits: &crate::transport::Limits) {
+        if let Some(replicas) = limits.replicas {
+            self.replicas = usize::try_from(replicas).unwrap_or(usize::MAX);
+        }
+        self.max_age = limits.max_age.or(self.max_age);
+        self.max_bytes = limits.max_bytes.or(self.max_bytes);
+        self.max_msgs = limits.max_messages.or(self.max_msgs);
+        if let Some(window) = limits.duplicate_window {
+            self.duplicate_window = window;
+        }
     }
 }

@@ -50,8 +50,8 @@ pub use self::facts::{ConsumerFacts, StoredMessage, StreamLimits};
 use self::feed::{Feed, Stop, drive};
 use self::state::{FeedKey, State};
 use super::{
-    ConsumerSpec, KvEntry, MessageStream, RawMessage, StoredAck, StreamSpec, Transport,
-    TransportError, TransportErrorKind, Unsubscribe,
+    ConsumerSpec, KvEntry, MessageStream, RawMessage, StoredAck, StreamChanges, StreamDeclaration,
+    StreamSpec, Transport, TransportError, TransportErrorKind, Unsubscribe,
 };
 
 /// A NATS server (Core and JetStream) emulated inside the process.
@@ -154,6 +154,11 @@ impl InProcessNats {
     /// without such a stream.
     pub fn set_stream_limits(&self, stream: &str, limits: StreamLimits) -> bool {
         self.state().set_limits(stream, limits)
+    }
+
+    /// The limits of `stream`; `None` without such a stream.
+    pub fn stream_limits(&self, stream: &str) -> Option<StreamLimits> {
+        self.state().stream_limits(stream)
     }
 
     /// The subjects `stream` stores; `None` without such a stream.
@@ -375,6 +380,13 @@ impl Transport for InProcessNats {
     }
 
     fn declare_stream(&self, spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move { self.declare_stream_with(spec.into()).await.map(drop) })
+    }
+
+    fn declare_stream_with(
+        &self,
+        spec: StreamDeclaration,
+    ) -> BoxFuture<'_, Result<StreamChanges, TransportError>> {
         Box::pin(async move {
             check_name("stream", &spec.name)?;
             if spec.subjects.is_empty() {

@@ -77,11 +77,47 @@ async fn a_stream_created_or_changed_is_announced() {
     for (subjects, announced) in [
         ("orders.>", Some("$JS.EVENT.ADVISORY.STREAM.CREATED.ORDERS")),
         ("orders.>", None),
-        ("orders.*", Some("$JS.EVENT.ADVISORY.STREAM.UPDATED.ORDERS")),
+        // Already stored by `orders.>`: nothing changes.
+        ("orders.*", None),
+        (
+            "refunds.*",
+            Some("$JS.EVENT.ADVISORY.STREAM.UPDATED.ORDERS"),
+        ),
     ] {
         nats.declare_stream(declare(subjects))
             .await
             .expect("declared");
         assert_eq!(next().as_deref(), announced, "declaring `{subjects}`");
     }
+}
+
+/// A declared `max_bytes` and `max_age` keep what a server keeps: the oldest messages go first.
+#[tokio::test(start_paused = true)]
+async fn declared_max_bytes_and_max_age_drop_the_oldest() {
+    use crate::transport::StreamDeclaration;
+    let nats = InProcessNats::new();
+    nats.declare_stream_with(
+        StreamDeclaration::new("S", ["s.>"])
+            .max_bytes(40)
+            .max_age(std::time::Duration::from_secs(10)),
+    )
+    .await
+    .expect("declared");
+    let publish = |payload: &'static str| {
+        nats.publish_stored(Arc::from("s.a"), Headers::new(), payload.into())
+    };
+    // 3 + 12 bytes each: the third makes room by dropping the first.
+    for payload in ["one---------", "two---------", "three-------"] {
+        publish(payload).await.expect("stored");
+    }
+    let kept = |nats: &InProcessNats| -> Vec<u64> {
+        nats.stream_messages("S")
+            .iter()
+            .map(|m| m.sequence)
+            .collect()
+    };
+    assert_eq!(kept(&nats), [2, 3]);
+    tokio::time::advance(std::time::Duration::from_secs(11)).await;
+    publish("four").await.expect("stored");
+    assert_eq!(kept(&nats), [4], "older than max_age");
 }

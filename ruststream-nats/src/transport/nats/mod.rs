@@ -50,8 +50,9 @@ use self::homes::Homes;
 use self::pull::{Lookahead, Puller};
 use self::reading::{Pumped, raw, reading};
 use super::{
-    ConsumerSpec, KvEntry, RawMessage, Refusal, ReplySubject, StoredAck, StreamPlace, StreamSpec,
-    Subscription, Target, Transport, TransportError, TransportErrorKind,
+    ConsumerSpec, KvEntry, RawMessage, Refusal, ReplySubject, StoredAck, StreamChanges,
+    StreamDeclaration, StreamPlace, StreamSpec, Subscription, Target, Transport, TransportError,
+    TransportErrorKind,
 };
 use crate::events::{Events, subscription_id};
 
@@ -461,6 +462,13 @@ impl Transport for NatsTransport {
 
     fn declare_stream(&self, spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(self.declare(spec))
+    }
+
+    fn declare_stream_with(
+        &self,
+        declaration: StreamDeclaration,
+    ) -> BoxFuture<'_, Result<StreamChanges, TransportError>> {
+        Box::pin(self.declare_with(declaration))
     }
 
     fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>> {

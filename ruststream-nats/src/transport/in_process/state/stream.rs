@@ -14,7 +14,8 @@ use crate::subject::{matches, overlaps};
 use crate::transport::MSG_ID_HEADER as MSG_ID;
 use crate::transport::in_process::facts::{StoredMessage, StreamLimits};
 use crate::transport::{
-    RawMessage, Refusal, StoredAck, StreamSpec, TransportError, TransportErrorKind,
+    RawMessage, Refusal, StoredAck, StreamChanges, StreamDeclaration, StreamSpec, TransportError,
+    TransportErrorKind, add_subjects,
 };
 
 #[derive(Debug)]
@@ -76,6 +77,34 @@ impl Stream {
             ));
         }
         None
+    }
+}
+
+impl Stream {
+    /// Removes what `max_age` and `max_bytes` no longer keep, the oldest first, before
+    /// `message` is stored at `now_ns`.
+    fn expire(&mut self, now_ns: u128, message: &RawMessage) {
+        if let Some(max_age) = self.limits.max_age {
+            let oldest = now_ns.saturating_sub(max_age.as_nanos());
+            self.messages.retain(|_, m| m.timestamp_ns > oldest);
+        }
+        if let Some(max_bytes) = self.limits.max_bytes {
+            let size = |subject: &str, payload: &[u8]| {
+                u64::try_from(subject.len() + payload.len()).unwrap_or(u64::MAX)
+            };
+            let mut total: u64 = self
+                .messages
+                .values()
+                .map(|m| size(&m.subject, &m.payload))
+                .sum();
+            total = total.saturating_add(size(&message.subject, &message.payload));
+            while total > max_bytes {
+                let Some((_, oldest)) = self.messages.pop_first() else {
+                    break;
+                };
+                total = total.saturating_sub(size(&oldest.subject, &oldest.payload));
+            }
+        }
     }
 }
 
@@ -188,6 +217,7 @@ impl State {
         if let Some(why) = stream.expectation_failed(&name, message) {
             return Storing::Refused(name, Refusal::Expectation, why);
         }
+        stream.expire(timestamp_ns, message);
         if let Some(max) = stream.limits.max_msgs
             && u64::try_from(stream.messages.len()).unwrap_or(u64::MAX) >= max
         {
@@ -246,10 +276,12 @@ impl State {
             .collect()
     }
 
+    /// Creates the declared stream with its limits, or adds the subjects it lacks to the
+    /// existing one and raises its limits below the declared ones; returns what changed.
     pub(in crate::transport::in_process) fn declare_stream(
         &mut self,
-        spec: StreamSpec,
-    ) -> Result<(), TransportError> {
+        spec: StreamDeclaration,
+    ) -> Result<StreamChanges, TransportError> {
         for (name, other) in &self.streams {
             if *name == spec.name {
                 continue;
@@ -268,13 +300,19 @@ impl State {
         }
         self.activity += 1;
         let name = spec.name.clone();
+        let mut changes = StreamChanges::default();
+        let declared = spec.limits();
         let action = match self.streams.get_mut(&spec.name) {
-            Some(stream) if stream.subjects == spec.subjects => None,
             Some(stream) => {
-                stream.subjects = spec.subjects;
-                Some("UPDATED")
+                changes.added_subjects = add_subjects(&mut stream.subjects, &spec.subjects);
+                let mut limits = stream.limits.limits();
+                limits.raise_to(&declared, &mut changes);
+                stream.limits.set(&limits);
+                changes.changed().then_some("UPDATED")
             }
             None => {
+                let mut limits = StreamLimits::default();
+                limits.set(&declared);
                 self.streams.insert(
                     spec.name,
                     Stream {
@@ -282,7 +320,7 @@ impl State {
                         messages: BTreeMap::new(),
                         last_seq: 0,
                         consumers: BTreeMap::new(),
-                        limits: StreamLimits::default(),
+                        limits,
                         ids: HashMap::new(),
                         last_msg_id: None,
                     },
@@ -293,7 +331,7 @@ impl State {
         if let Some(action) = action {
             self.advise(&name, action);
         }
-        Ok(())
+        Ok(changes)
     }
 
     /// Announces a change to stream `name` as a server does: a Core message on
@@ -321,6 +359,13 @@ impl State {
 
     pub(in crate::transport::in_process) fn stream_names(&self) -> Vec<String> {
         self.streams.keys().cloned().collect()
+    }
+
+    pub(in crate::transport::in_process) fn stream_limits(
+        &self,
+        name: &str,
+    ) -> Option<StreamLimits> {
+        self.streams.get(name).map(|s| s.limits)
     }
 
     pub(in crate::transport::in_process) fn stream_subjects(
