@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use ruststream::telemetry::{self, Health};
 use ruststream::{Context, Handle, HandlerOutcome};
 use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker};
 use ruststream_test_server::client::{stream_messages, wait_until};
