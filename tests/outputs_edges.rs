@@ -92,6 +92,13 @@ async fn issue(order: &Order, State(calls): State<Calls>, ctx: &mut Context<'_>)
     }
 }
 
+/// Replies with its receipt (the generated code publishes it; a failed publish is a `retry()`).
+#[subscriber(JetStreamSubject::new("orders.answer", "ORDERS").durable("answer").ack_wait(millis(5000)), reply)]
+async fn answer(order: &Order, State(calls): State<Calls>) -> Result<Receipt, HandlerOutcome> {
+    calls.add(order.id);
+    Ok(receipt(order))
+}
+
 /// Never succeeds: at its cap of one attempt it goes to the dead-letter subject.
 #[subscriber(JetStreamSubject::new("orders.poison", "ORDERS").durable("poison").ack_wait(millis(5000)))]
 async fn poison(order: &Order, State(calls): State<Calls>) -> HandlerOutcome {
@@ -212,6 +219,7 @@ async fn a_stored_output_whose_stream_node_is_down_leaves_its_input_unacknowledg
     let calls = Calls::default();
     let running = start_app(cluster.node(app_node).url(), &calls, |b| {
         b.include(issue);
+        b.include(answer);
         b.include(poison)
             .max_attempts(attempts(1))
             .dead_letter("receipts.dead");
@@ -221,7 +229,7 @@ async fn a_stored_output_whose_stream_node_is_down_leaves_its_input_unacknowledg
     // tested here (`scale_node_loss` is about it).
     let avoid = cluster.name(down).to_owned();
     stream_leader_other_than(&client, &js, "ORDERS", &avoid).await;
-    for durable in ["issue", "poison"] {
+    for durable in ["issue", "answer", "poison"] {
         consumer_leader_other_than(&client, &js, "ORDERS", durable, &avoid).await;
     }
     // Works while every node runs.
@@ -232,14 +240,17 @@ async fn a_stored_output_whose_stream_node_is_down_leaves_its_input_unacknowledg
     block_in_place(|| cluster.kill(down));
     let second = publish_until_stored(&js, "orders.created", "o2", r#"{"id":2}"#).await;
     let poisoned = publish_until_stored(&js, "orders.poison", "p3", r#"{"id":3}"#).await;
-    // The receipt of order 2 cannot be stored: its input comes back instead of being
+    let answered = publish_until_stored(&js, "orders.answer", "a4", r#"{"id":4}"#).await;
+    // The receipts of orders 2 and 4 cannot be stored: their inputs come back instead of being
     // acknowledged, and the poison message's dead letter cannot be stored either.
-    eventually(FAILOVER, "order 2 handled again", || async {
-        (calls.of(2) >= 3).then_some(())
+    eventually(FAILOVER, "orders 2 and 4 handled again", || async {
+        (calls.of(2) >= 3 && calls.of(4) >= 3).then_some(())
     })
     .await;
     let info = support::scale::consumer_until(&js, "ORDERS", "issue", "its info", |_| true).await;
     assert!(info.ack_floor.stream_sequence < second, "{info:#?}");
+    let info = support::scale::consumer_until(&js, "ORDERS", "answer", "its info", |_| true).await;
+    assert!(info.ack_floor.stream_sequence < answered, "{info:#?}");
     // Held back after its dead letter failed, and delivered again: not terminated.
     let info = support::scale::consumer_until(
         &js,
@@ -259,16 +270,21 @@ async fn a_stored_output_whose_stream_node_is_down_leaves_its_input_unacknowledg
     block_in_place(|| cluster.restart(down));
     until_drained(&js, "issue", second, FAILOVER).await;
     until_drained(&js, "poison", poisoned, FAILOVER).await;
+    until_drained(&js, "answer", answered, FAILOVER).await;
     // Read until the restarted node answers every read.
     let stored = eventually(FAILOVER, "the receipts read back", || async {
         let issued = payloads(&js, "RECEIPTS", "receipts.issued").await;
         let dead = payloads(&js, "RECEIPTS", "receipts.dead").await;
-        (issued.len() + dead.len() >= 3).then_some((issued, dead))
+        (issued.len() + dead.len() >= 4).then_some((sorted(issued), dead))
     })
     .await;
     assert_eq!(
         stored.0,
-        [r#"{"order":1,"pad":""}"#, r#"{"order":2,"pad":""}"#],
+        [
+            r#"{"order":1,"pad":""}"#,
+            r#"{"order":2,"pad":""}"#,
+            r#"{"order":4,"pad":""}"#
+        ],
         "every acknowledged input has its stored output"
     );
     assert_eq!(
@@ -373,6 +389,11 @@ async fn output_ids_stay_unique_when_the_input_stream_is_created_again() {
             "order {id} handled twice (a retry, then an ack)"
         );
     }
+}
+
+fn sorted(mut payloads: Vec<String>) -> Vec<String> {
+    payloads.sort();
+    payloads
 }
 
 fn order(id: u64) -> String {
