@@ -332,7 +332,8 @@ async fn a_message_past_the_payload_limit_is_refused(server: Server) {
         .publish_to("big.payload", &big)
         .await
         .expect_err("past max_payload");
-    assert_eq!(err.kind(), PublishErrorKind::Broker, "{err}");
+    assert_eq!(err.kind(), PublishErrorKind::TooLarge, "{err}");
+    assert!(err.kind().is_permanent());
     assert!(err.to_string().contains("payload"), "{err}");
     let fits = "x".repeat(1000);
     nats.publish_to("big.payload", &fits)

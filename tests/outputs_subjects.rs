@@ -4,6 +4,7 @@
 //! `$SYS.`, `_INBOX.`) unless the call opts in.
 
 use ruststream::PublishErrorKind;
+use ruststream::registration::Handled;
 use ruststream_nats::prelude::*;
 use ruststream_nats::testing::TestApp;
 use serde::{Deserialize, Serialize};
@@ -94,8 +95,17 @@ async fn a_value_that_cannot_fill_the_template_publishes_nothing() {
         .expect("published");
     }
     t.settle().await;
-    // The reply is not published: the input is not acknowledged (a retry).
-    assert_eq!(t.outcomes("place"), vec![HandlerOutcome::retry(); 4]);
+    // The reply is not published, and never can be: not retried (no dead-letter subject is
+    // declared, so each input is let go, with an error naming why).
+    let handled = t.handled("place");
+    assert_eq!(handled.len(), 4, "each input handled once");
+    for h in &handled {
+        assert!(
+            matches!(&h.handled, Handled::Unpublishable(why) if why.contains("cannot fill")),
+            "{h:?}"
+        );
+        assert!(!h.decision.brings_back(), "{h:?}");
+    }
     assert!(t.nats().published("orders.*.placed").is_empty());
     assert!(
         t.nats()

@@ -226,7 +226,9 @@ pub fn into_batch_outcome<T: IntoBatchOutcome>(ret: T) -> BatchOutcome {
 
 /// Publishes a `reply` handler's value to its `#[outgoing]` subject (confirmed when a stream
 /// stores it) and, when the delivery carries a reply inbox (a Core request), to the inbox as
-/// the response; then acknowledges. A failed publish retries instead.
+/// the response; then acknowledges. A publish that failed for now retries instead; one that
+/// fails for good is recorded on the context, and the settlement sends the input to the
+/// dead-letter subject or ends it.
 pub async fn reply<R: Outgoing>(
     ret: Result<R, HandlerOutcome>,
     outs: &Publisher<R>,
@@ -235,6 +237,10 @@ pub async fn reply<R: Outgoing>(
     let _ = outs;
     let value = ret?;
     let failed = |err: &crate::PublishError, to: &str| {
+        if err.kind().is_permanent() {
+            // Said with the settlement, which does not retry it.
+            return HandlerOutcome::retry();
+        }
         // A stream that stays full refuses every attempt: at most one line a second.
         let suppressed = if err.kind() == crate::PublishErrorKind::NotStored {
             crate::unconfirmed::log_now()
@@ -253,8 +259,8 @@ pub async fn reply<R: Outgoing>(
         }
         HandlerOutcome::retry()
     };
-    let subject =
-        crate::context::outgoing_subject(&value).map_err(|err| failed(&err, R::SUBJECT))?;
+    let subject = crate::context::outgoing_subject(&value)
+        .map_err(|err| failed(&ctx.output_failed(err), R::SUBJECT))?;
     // In the registration's format, with its `content-type`; for a Core request, the same
     // message also goes to the requester's inbox as the response (the publisher decides the
     // order: the response first unless a stream must confirm the output).

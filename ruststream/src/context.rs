@@ -36,6 +36,8 @@ pub struct Context<'a> {
     /// The first output a stream did not confirm, and why.
     /// (Set once: read after every handling, where a lock cost more than the rest of it.)
     unconfirmed: std::sync::OnceLock<String>,
+    /// The first output that failed for good ([`PublishErrorKind::is_permanent`]), and why.
+    unpublishable: std::sync::OnceLock<String>,
 }
 
 /// The count of a handling's outputs: its own, or (for a message of a batch) shared by every
@@ -91,6 +93,7 @@ impl<'a> Context<'a> {
             failed: std::sync::OnceLock::new(),
             outputs: Outputs::Own(AtomicU32::new(0)),
             unconfirmed: std::sync::OnceLock::new(),
+            unpublishable: std::sync::OnceLock::new(),
         }
     }
 
@@ -236,7 +239,7 @@ impl<'a> Context<'a> {
     /// [`PublishErrorKind::NotStored`], and the delivery is then not acknowledged even if the
     /// handler returns `Ok` (it comes back as a `retry()`). See `docs/publishing.md`.
     pub async fn publish<T: Outgoing>(&self, value: &T) -> Result<(), PublishError> {
-        let subject = outgoing_subject(value)?;
+        let subject = outgoing_subject(value).map_err(|err| self.output_failed(err))?;
         self.publish_value(subject, value, None).await
     }
 
@@ -263,13 +266,14 @@ impl<'a> Context<'a> {
             }
             inbox => inbox,
         };
-        let (mut headers, payload) = self.encode_parts(&subject, value)?;
+        let (mut headers, payload) = self
+            .encode_parts(&subject, value)
+            .map_err(|err| self.output_failed(err))?;
         self.correlate_headers(&mut headers);
         let origin = self.next_origin();
         let output = EncodedOutput::new(subject, headers, payload, origin).responding_to(inbox);
         let result = self.publisher.publish_encoded(output).await;
-        self.record_unconfirmed(&result);
-        result
+        result.map_err(|err| self.output_failed(err))
     }
 
     /// Publishes an [`Outgoing`] message to its subject with `headers` (added to the
@@ -279,8 +283,10 @@ impl<'a> Context<'a> {
         value: &T,
         headers: Headers,
     ) -> Result<(), PublishError> {
-        let subject = outgoing_subject(value)?;
-        let mut message = self.encoded(&subject, value)?;
+        let subject = outgoing_subject(value).map_err(|err| self.output_failed(err))?;
+        let mut message = self
+            .encoded(&subject, value)
+            .map_err(|err| self.output_failed(err))?;
         let mut headers = headers;
         if crate::codec::content_type_of(&headers).is_none() {
             let (name, value) = self.format.content_type_header();
@@ -304,9 +310,9 @@ impl<'a> Context<'a> {
         value: &T,
     ) -> Result<(), PublishError> {
         if let Some(prefix) = reserved_prefix(subject) {
-            return Err(PublishError::new(PublishErrorKind::Reserved, subject).with_source(format!(
+            return Err(self.output_failed(PublishError::new(PublishErrorKind::Reserved, subject).with_source(format!(
                 "`{subject}` is under the reserved prefix `{prefix}`, which `publish_to` refuses; call `publish_to_reserved` if the subject is meant"
-            )));
+            ))));
         }
         self.publish_to_reserved(subject, value).await
     }
@@ -318,7 +324,9 @@ impl<'a> Context<'a> {
         subject: &str,
         value: &T,
     ) -> Result<(), PublishError> {
-        let message = self.encoded(subject, value)?;
+        let message = self
+            .encoded(subject, value)
+            .map_err(|err| self.output_failed(err))?;
         self.publish_raw(message).await
     }
 
@@ -328,8 +336,7 @@ impl<'a> Context<'a> {
         self.correlate(&mut message);
         let origin = self.next_origin();
         let result = self.publisher.publish_output(message, origin).await;
-        self.record_unconfirmed(&result);
-        result
+        result.map_err(|err| self.output_failed(err))
     }
 
     /// The origin of this handling's next output.
@@ -341,15 +348,23 @@ impl<'a> Context<'a> {
         }
     }
 
-    /// Keeps the first output a stream did not confirm, for the settlement.
-    fn record_unconfirmed(&self, result: &Result<(), PublishError>) {
-        if let Err(err) = result
-            && err.kind() == PublishErrorKind::NotStored
-            && self.unconfirmed.get().is_none()
-        {
+    /// Keeps, for the settlement, the first output a stream did not confirm (the input then
+    /// comes back) and the first that failed for good (the input then goes to the dead-letter
+    /// subject, or ends); returns `err`. Whatever the handler answers after it, the input is
+    /// not acknowledged without its outputs.
+    pub(crate) fn output_failed(&self, err: PublishError) -> PublishError {
+        let slot = if err.kind().is_permanent() {
+            &self.unpublishable
+        } else if err.kind() == PublishErrorKind::NotStored {
+            &self.unconfirmed
+        } else {
+            return err;
+        };
+        if slot.get().is_none() {
             // The first one is kept.
-            let _ = self.unconfirmed.set(err.to_string());
+            let _ = slot.set(err.to_string());
         }
+        err
     }
 
     /// Sends `value` as a JSON request to `subject` and decodes the response as `R`.
@@ -406,6 +421,11 @@ impl<'a> Context<'a> {
     /// The first output a stream did not confirm during this handling, and why.
     pub(crate) fn unconfirmed(&self) -> Option<&str> {
         self.unconfirmed.get().map(String::as_str)
+    }
+
+    /// The first output of this handling that failed for good, and why.
+    pub(crate) fn unpublishable(&self) -> Option<&str> {
+        self.unpublishable.get().map(String::as_str)
     }
 }
 

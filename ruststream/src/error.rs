@@ -179,6 +179,7 @@ impl fmt::Display for PublishErrorKind {
             Self::Timeout => "timed out",
             Self::Decode => "response not decoded",
             Self::Unsupported => "unsupported",
+            Self::TooLarge => "too large",
         })
     }
 }
@@ -206,6 +207,39 @@ pub enum PublishErrorKind {
     Decode,
     /// The broker cannot do this.
     Unsupported,
+    /// The message is larger than the broker (its `max_payload`) or the stream (its
+    /// `max_msg_size`) accepts.
+    TooLarge,
+}
+
+impl PublishErrorKind {
+    /// Whether the same publish fails the same way every time it is tried again: a value that
+    /// does not encode, a subject that is not one or is reserved, a message too large, a
+    /// broker that cannot do it. A handling whose output failed so is not retried: it goes to
+    /// the dead-letter subject, or ends ([`crate::settle::decide_unpublishable`]). The other
+    /// kinds (the broker or the stream did not take it now, no responders, a timeout) can
+    /// succeed later and are retried.
+    ///
+    /// ```
+    /// use ruststream::PublishErrorKind;
+    ///
+    /// assert!(PublishErrorKind::TooLarge.is_permanent());
+    /// assert!(PublishErrorKind::InvalidSubject.is_permanent());
+    /// assert!(!PublishErrorKind::NotStored.is_permanent());
+    /// assert!(!PublishErrorKind::Broker.is_permanent());
+    /// ```
+    pub const fn is_permanent(self) -> bool {
+        match self {
+            Self::Encode
+            | Self::InvalidSubject
+            | Self::Reserved
+            | Self::TooLarge
+            | Self::Unsupported => true,
+            Self::Broker | Self::NotStored | Self::NoResponders | Self::Timeout | Self::Decode => {
+                false
+            }
+        }
+    }
 }
 
 impl PublishError {

@@ -24,6 +24,12 @@ pub enum Handled {
     Failed(String),
     /// Nothing settles the delivery (a batch whose outcomes did not match its length).
     NoOutcome(String),
+    /// An output of the handling failed in a way that fails again on every try (too large, a
+    /// subject that is not one, a value that does not encode: see
+    /// [`PublishErrorKind::is_permanent`](crate::PublishErrorKind::is_permanent)); the message
+    /// is the publish error. Not retried: [`crate::settle::decide_unpublishable`] says what
+    /// happens to the delivery.
+    Unpublishable(String),
     /// The delivery arrived past the cap (an earlier one hung past `ack_wait`, crashed the
     /// process, or its dead letter failed); the handler did not run, and
     /// [`crate::settle::decide_arrival`] says what happens to it.

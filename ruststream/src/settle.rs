@@ -16,7 +16,8 @@
 //! The cap (`max_attempts`) counts the first delivery as one, and only a retry consults it. At the
 //! cap nothing comes back: the delivery goes to the dead-letter subject as it arrived when one is
 //! declared, and the original is then `+TERM`ed (JetStream) or let go (Core). A payload that does
-//! not decode is never retried ([`decide_undecodable`]).
+//! not decode is never retried ([`decide_undecodable`]), nor is a handling whose output can
+//! never be published ([`decide_unpublishable`]).
 //!
 //! A JetStream delivery that arrives already past the cap (the server counted more deliveries
 //! than the cap allows: an earlier one hung past `ack_wait`, crashed the process, or its dead
@@ -342,6 +343,33 @@ pub fn decide(outcome: &HandlerOutcome, facts: &Facts) -> Decision {
 /// ```
 #[must_use]
 pub const fn decide_undecodable(facts: &Facts) -> Decision {
+    end_for_good(facts)
+}
+
+/// A handling whose output can never be published (a permanent publish error: too large, a
+/// subject that is not one, a value that does not encode): never retried, since running the
+/// handler again would repeat its side effects and fail the same way.
+///
+/// As an undecodable payload: the delivery goes to the dead-letter subject when one is
+/// declared; a JetStream delivery is then `+TERM`ed, a Core one let go. The cap does not
+/// matter. A transient failure (the stream did not confirm now) stays a `retry()`.
+///
+/// ```
+/// use ruststream::settle::{AckKind, Facts, Settle, decide_unpublishable};
+/// use std::num::NonZeroU32;
+///
+/// let decision = decide_unpublishable(&Facts::jetstream(NonZeroU32::MIN));
+/// assert!(!decision.is_dead_letter());
+/// assert_eq!(decision.settle, Settle::Send(AckKind::Term));
+/// assert!(!decision.brings_back());
+/// ```
+#[must_use]
+pub const fn decide_unpublishable(facts: &Facts) -> Decision {
+    end_for_good(facts)
+}
+
+/// The dead-letter subject when declared, then `+TERM` (JetStream) or nothing (Core).
+const fn end_for_good(facts: &Facts) -> Decision {
     let settle = match facts.model {
         DeliveryModel::JetStream => Settle::Send(AckKind::Term),
         DeliveryModel::Core => Settle::Nothing,

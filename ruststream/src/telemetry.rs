@@ -68,10 +68,11 @@ pub fn outcome_label(handled: &Handled) -> &'static str {
         Handled::NoOutcome(_) => "no_outcome",
         Handled::PastCap => "past_cap",
         Handled::Failed(_) => "error",
+        Handled::Unpublishable(_) => "unpublishable",
     }
 }
 
-const OUTCOMES: [&str; 10] = [
+const OUTCOMES: [&str; 11] = [
     "ack",
     "retry",
     "retry_after",
@@ -82,6 +83,7 @@ const OUTCOMES: [&str; 10] = [
     "no_outcome",
     "past_cap",
     "error",
+    "unpublishable",
 ];
 
 /// The metric handles of one registration, made once when it starts.

@@ -182,22 +182,61 @@ pub async fn stream_leader_other_than(
     stream: &str,
     avoid: &str,
 ) -> String {
+    step_down_until_led_elsewhere(
+        client,
+        &format!("stream {stream}"),
+        &format!("$JS.API.STREAM.LEADER.STEPDOWN.{stream}"),
+        avoid,
+        || async {
+            let mut s = js.get_stream(stream).await.ok()?;
+            s.info().await.ok()?.cluster.clone()?.leader
+        },
+    )
+    .await
+}
+
+/// Asks the leader of consumer `durable` of `stream` to step down until a node other than
+/// `avoid` leads it, and returns the new leader's name.
+pub async fn consumer_leader_other_than(
+    client: &async_nats::Client,
+    js: &jetstream::Context,
+    stream: &str,
+    durable: &str,
+    avoid: &str,
+) -> String {
+    step_down_until_led_elsewhere(
+        client,
+        &format!("consumer {stream}/{durable}"),
+        &format!("$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{durable}"),
+        avoid,
+        || async {
+            let s = js.get_stream(stream).await.ok()?;
+            s.consumer_info(durable).await.ok()?.cluster.clone()?.leader
+        },
+    )
+    .await
+}
+
+/// Sends `step_down` until `leader` names a node other than `avoid`, and returns it.
+async fn step_down_until_led_elsewhere<F: std::future::Future<Output = Option<String>>>(
+    client: &async_nats::Client,
+    what: &str,
+    step_down: &str,
+    avoid: &str,
+    leader: impl Fn() -> F,
+) -> String {
     let deadline = Instant::now() + FAILOVER;
     loop {
-        let leader = stream_leader(js, stream).await;
-        if leader != avoid {
+        if let Some(leader) = leader().await
+            && leader != avoid
+        {
             return leader;
         }
         // Errors are asked again: the election may still run.
-        let _ = client
-            .request(
-                format!("$JS.API.STREAM.LEADER.STEPDOWN.{stream}"),
-                "".into(),
-            )
-            .await;
+        let _ = client.request(step_down.to_owned(), "".into()).await;
         assert!(
             Instant::now() < deadline,
-            "stream {stream} is still led by {avoid} after {FAILOVER:?} of step-downs"
+            "{what} is still led by {avoid} after {FAILOVER:?} of step-downs"
         );
         tokio::time::sleep(POLL).await;
     }

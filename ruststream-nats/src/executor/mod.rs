@@ -303,7 +303,9 @@ impl Executor {
 
     /// The delivery as it arrived, payload and the user's headers unchanged (the server's
     /// `Nats-*` control headers are not copied), to `subject`: stored when a stream stores the
-    /// subject, else a Core publish confirmed by a flush.
+    /// subject, else a Core publish confirmed by a flush. A stream that stores it and does not
+    /// answer (no responders: its node down) is an error, not a Core publish: the original is
+    /// then held back and tried again.
     async fn publish_dead_letter(
         &self,
         subject: &Arc<str>,
@@ -326,7 +328,9 @@ impl Executor {
                 .await
             {
                 Ok(_) => return Ok(()),
-                Err(err) if err.kind == TransportErrorKind::NoStream => {}
+                Err(err)
+                    if err.kind == TransportErrorKind::NoStream
+                        && crate::publish::stream_is_gone(&*self.transport, subject).await => {}
                 Err(err) => return Err(err),
             }
         }
@@ -407,6 +411,18 @@ impl Executor {
                 attempt = delivery.attempt().get(),
                 dead_letter = decision.dead_letter,
                 "the delivery arrived past the cap (an earlier delivery hung past ack_wait, crashed the process, or its dead letter failed): the handler does not run again; it goes to the dead-letter subject when one is declared, and is terminated"
+            ),
+            Handled::Unpublishable(reason) if decision.dead_letter => tracing::error!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                %reason,
+                "an output of the handling can never be published; not retried: the delivery goes to the dead-letter subject"
+            ),
+            Handled::Unpublishable(reason) => tracing::error!(
+                registration = %self.registration,
+                subject = delivery.subject(),
+                %reason,
+                "an output of the handling can never be published; not retried, and the registration has no dead-letter subject: the delivery is dropped"
             ),
             Handled::NoOutcome(reason) => tracing::error!(
                 registration = %self.registration,

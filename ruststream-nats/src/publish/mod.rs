@@ -2,8 +2,10 @@
 //!
 //! A subject no stream stores is a Core publish on the app's connection. A subject a stream
 //! stores is a JetStream publish that waits for the stream's acknowledgement: a refusal (limits
-//! with `discard: new`, a failed expectation) or a timeout is an error of kind
-//! [`PublishErrorKind::NotStored`], which makes the input a `retry()`. Which subjects are
+//! with `discard: new`, a failed expectation), a timeout or no responder while the server still
+//! names a stream storing the subject (its node down, a leader election) is an error of kind
+//! [`PublishErrorKind::NotStored`], which makes the input a `retry()`; a message too large is
+//! [`PublishErrorKind::TooLarge`], permanent, and its input is not retried. Which subjects are
 //! stored is learned from the server's stream list at startup, never asked per message. A
 //! running app learns it again at once when the server announces that a stream was created,
 //! updated or deleted ([`STREAM_ADVISORIES`]), and every [`RELEARN_AFTER`] in any case (a
@@ -12,33 +14,37 @@
 //! is [`RELEARN_AFTER`] old.
 //!
 //! A stored output of a JetStream input carries a `Nats-Msg-Id` derived from the input (its
-//! stream and sequence, the registration, and which output of the handling it is): a
+//! stream, sequence and time of storing, the registration, and which output of the handling it
+//! is): a
 //! redelivered input publishes the same ids, and the stream's duplicate window drops the second
 //! copies.
 //!
 //! `client.rs` holds [`NatsClient`] and [`StoredPublish`], the same publishing for code outside
-//! a handler.
+//! a handler; `streams.rs` the list of stored subjects and its watcher; `errors.rs` what a failed
+//! publish is (transient or permanent).
 
 mod client;
+mod errors;
+mod streams;
+
+pub(crate) use self::errors::stream_is_gone;
+use self::errors::{broker_error, not_stored, refuse_invalid};
+pub(crate) use self::streams::StreamWatch;
+use self::streams::{StoredSubjects, learn};
 
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use futures::{FutureExt as _, StreamExt as _};
 use ruststream::{
     EncodedOutput, Headers, Origin, OutboundMessage, Publish, PublishError, PublishErrorKind,
 };
-use tokio::time::Instant;
 
 use crate::JetStreamInfo;
-use crate::subject::{matches, subject_problem};
-use crate::transport::{
-    StoredAck, StreamSpec, Subscription, Target, Transport, TransportError, TransportErrorKind,
-};
+use crate::transport::{StoredAck, Target, Transport, TransportErrorKind};
 
 /// The header JetStream deduplicates on.
 pub use crate::transport::MSG_ID_HEADER;
@@ -52,19 +58,24 @@ pub const RELEARN_AFTER: Duration = Duration::from_secs(30);
 pub use crate::subject::STREAM_ADVISORIES;
 
 /// The message id of output `origin.output` of handling a JetStream delivery:
-/// `<stream>:<sequence>:<registration>:<output>`; `None` for a Core delivery, which has no
-/// identity to derive one from.
+/// `<stream>:<sequence>:<stored at>:<registration>:<output>`, where `<stored at>` is when the
+/// input was stored (nanoseconds since the epoch, from its acknowledgement subject); `None` for
+/// a Core delivery, which has no identity to derive one from.
+///
+/// Every delivery of one stored message derives the same id. The time tells apart the messages
+/// of a stream deleted and created again, whose sequences start over: without it their outputs
+/// would be dropped as duplicates of the first stream's within the duplicate window.
 pub fn output_message_id(origin: &Origin<'_>) -> Option<String> {
     use std::fmt::Write as _;
     let info = origin.delivery.extension::<JetStreamInfo>()?;
-    // Sized for the two names and up to 20 digits of sequence and 4 of output, with the
-    // colons: written without growing (each growth is a `realloc`).
-    let mut id = String::with_capacity(info.stream.len() + origin.registration.len() + 28);
+    // Sized for the two names, up to 20 digits of sequence and of time and 4 of output, with
+    // the colons: written without growing (each growth is a `realloc`).
+    let mut id = String::with_capacity(info.stream.len() + origin.registration.len() + 49);
     // Writing to a `String` cannot fail.
     let _ = write!(
         id,
-        "{}:{}:{}:{}",
-        info.stream, info.stream_sequence, origin.registration, origin.output
+        "{}:{}:{}:{}:{}",
+        info.stream, info.stream_sequence, info.timestamp, origin.registration, origin.output
     );
     Some(id)
 }
@@ -73,101 +84,6 @@ pub fn output_message_id(origin: &Origin<'_>) -> Option<String> {
 fn msg_id_name() -> Arc<str> {
     static NAME: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
     Arc::clone(NAME.get_or_init(|| Arc::from(MSG_ID_HEADER)))
-}
-
-/// Which subjects the streams store, as last learned.
-#[derive(Debug, Default)]
-pub(crate) struct StoredSubjects {
-    /// Each stream's name and the subjects it stores.
-    streams: RwLock<Vec<(Arc<str>, Vec<Filter>)>>,
-    learned: Mutex<Option<Instant>>,
-    /// Whether a [`StreamWatch`] keeps the list fresh: then a publish neither reads the clock
-    /// nor takes `learned`'s lock.
-    watched: AtomicBool,
-    /// Wakes the [`StreamWatch`] to learn the list again (a publish found a stream gone).
-    stale: tokio::sync::Notify,
-}
-
-/// A subject a stream stores, prepared for the question every publish asks (does it match
-/// this subject?): most subjects are refused by a length or prefix comparison, without
-/// splitting either into tokens.
-#[derive(Debug)]
-struct Filter {
-    pattern: String,
-    /// The bytes before the first wildcard token (all of them when there is none).
-    literal: usize,
-}
-
-impl Filter {
-    fn new(pattern: String) -> Self {
-        let literal = pattern
-            .split('.')
-            .take_while(|token| *token != "*" && *token != ">")
-            .map(|token| token.len() + 1)
-            .sum::<usize>()
-            .min(pattern.len());
-        Self { pattern, literal }
-    }
-
-    fn matches(&self, subject: &str) -> bool {
-        if self.literal == self.pattern.len() {
-            return self.pattern == subject;
-        }
-        subject
-            .as_bytes()
-            .starts_with(&self.pattern.as_bytes()[..self.literal])
-            && matches(&self.pattern, subject)
-    }
-}
-
-impl StoredSubjects {
-    /// The stream storing `subject`, if any.
-    pub(crate) fn stream_of(&self, subject: &str) -> Option<Arc<str>> {
-        let streams = self.streams.read().ok()?;
-        streams
-            .iter()
-            .find(|(_, filters)| filters.iter().any(|f| f.matches(subject)))
-            .map(|(name, _)| Arc::clone(name))
-    }
-
-    fn set(&self, streams: Vec<StreamSpec>) {
-        if let Ok(mut current) = self.streams.write() {
-            *current = streams
-                .into_iter()
-                .map(|s| {
-                    let filters = s.subjects.into_iter().map(Filter::new).collect();
-                    (Arc::from(s.name), filters)
-                })
-                .collect();
-        }
-    }
-
-    /// Whether the list is older than [`RELEARN_AFTER`] (`Some(true)`) or was never learned
-    /// (`Some(false)`); if so, marks it learned now (one caller relearns).
-    fn due(&self) -> Option<bool> {
-        let Ok(mut learned) = self.learned.lock() else {
-            return None;
-        };
-        let now = Instant::now();
-        match learned.replace(now) {
-            Some(at) if now.duration_since(at) < RELEARN_AFTER => {
-                *learned = Some(at);
-                None
-            }
-            Some(_) => Some(true),
-            None => Some(false),
-        }
-    }
-
-    /// A stream the list names is gone: the list is learned again, by the watcher when one
-    /// runs, else by the next publish.
-    fn forget(&self) {
-        if self.watched.load(Ordering::Acquire) {
-            self.stale.notify_one();
-        } else if let Ok(mut learned) = self.learned.lock() {
-            *learned = None;
-        }
-    }
 }
 
 /// Marks a Core request that had nothing ready behind it as its registration took it (the
@@ -338,9 +254,13 @@ impl NatsPublisher {
                 }
                 Some(ack)
             }
-            // The stream is gone since the list was learned: a Core publish, as for any
-            // subject no stream stores.
+            // No responder: the stream is gone since the list was learned (then a Core publish,
+            // as for any subject no stream stores), or it is not answering now (then an
+            // error: the output is not stored, and its input must come back).
             Err(err) if err.kind == TransportErrorKind::NoStream => {
+                if !self.is_gone(&subject).await {
+                    return Err(not_stored(&subject, &stream, &err));
+                }
                 tracing::warn!(
                     subject = &*subject,
                     %stream,
@@ -363,6 +283,13 @@ impl NatsPublisher {
             self.let_the_response_out(origin.as_ref()).await;
         }
         Ok(ack)
+    }
+
+    /// Whether no stream stores `subject` any more, as the server says when asked now: a
+    /// stored publish that found no responder is told apart from a stream that is not
+    /// answering (its node down, a leader election). Without an answer it is not gone.
+    async fn is_gone(&self, subject: &str) -> bool {
+        stream_is_gone(&*self.transport, subject).await
     }
 
     /// After a response was handed to the transport: when the transport's own task writes it
@@ -427,26 +354,32 @@ impl NatsPublisher {
         if stored.is_ok() {
             ruststream::telemetry::published("stored");
         }
-        stored.map_err(|err| {
-            if err.kind == TransportErrorKind::NoStream {
-                return PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(
-                    format!("no stream stores `{subject}`: create one whose subjects match it"),
-                );
-            }
-            let stream = self
-                .stored
-                .stream_of(&subject)
-                .unwrap_or_else(|| Arc::from("(unknown)"));
-            let error = not_stored(&subject, &stream, &err);
-            if expectations.is_empty() || err.kind != TransportErrorKind::Refused {
-                return error;
-            }
-            PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(format!(
+        let err = match stored {
+            Ok(ack) => return Ok(ack),
+            Err(err) => err,
+        };
+        if err.kind == TransportErrorKind::NoStream && self.is_gone(&subject).await {
+            return Err(
+                PublishError::new(PublishErrorKind::NotStored, &*subject).with_source(format!(
+                    "no stream stores `{subject}`: create one whose subjects match it"
+                )),
+            );
+        }
+        let stream = self
+            .stored
+            .stream_of(&subject)
+            .unwrap_or_else(|| Arc::from("(unknown)"));
+        let error = not_stored(&subject, &stream, &err);
+        if expectations.is_empty() || err.kind != TransportErrorKind::Refused {
+            return Err(error);
+        }
+        Err(
+            PublishError::new(error.kind(), &*subject).with_source(format!(
                 "{} (the publish expected {})",
                 error.cause().map(ToString::to_string).unwrap_or_default(),
                 expectations.join(", ")
-            ))
-        })
+            )),
+        )
     }
 
     /// A Core request.
@@ -479,102 +412,6 @@ impl NatsPublisher {
             }
         }
     }
-}
-
-/// Keeps a running app's list of stored subjects fresh: learned again when the server announces
-/// a stream created, updated or deleted, when a publish found a stream gone, and every
-/// [`RELEARN_AFTER`] in any case (a connection not allowed to see the advisories, one missed
-/// while the link was down).
-pub(crate) struct StreamWatch {
-    transport: Arc<dyn Transport>,
-    stored: Arc<StoredSubjects>,
-    advisories: Option<Subscription>,
-}
-
-impl StreamWatch {
-    /// Runs until the broker stops (`stop` holds its drain deadline, the sources' signal).
-    pub(crate) async fn run(self, mut stop: tokio::sync::watch::Receiver<Option<Instant>>) {
-        let Self {
-            transport,
-            stored,
-            advisories,
-        } = self;
-        let (mut advisories, unsubscribe) = match advisories {
-            Some((messages, unsubscribe)) => (Some(messages), Some(unsubscribe)),
-            None => (None, None),
-        };
-        let mut every = tokio::time::interval_at(Instant::now() + RELEARN_AFTER, RELEARN_AFTER);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let advisory = async {
-                match advisories.as_mut() {
-                    Some(messages) => messages.next().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                _ = stop.wait_for(Option::is_some) => break,
-                () = stored.stale.notified() => {}
-                next = advisory => {
-                    if next.is_none() {
-                        // The subscription ended (the connection closed for good): the
-                        // periodic look goes on.
-                        advisories = None;
-                        continue;
-                    }
-                    // The rest of a burst (several streams made at once) is one relearn.
-                    while let Some(Some(_)) = advisories.as_mut().and_then(|m| m.next().now_or_never()) {}
-                }
-                _ = every.tick() => {}
-            }
-            learn(&*transport, &stored).await;
-        }
-        if let Some(unsubscribe) = unsubscribe {
-            unsubscribe.stop().await;
-        }
-    }
-}
-
-async fn learn(transport: &dyn Transport, stored: &StoredSubjects) {
-    match transport.streams().await {
-        Ok(streams) => stored.set(streams),
-        Err(err) => tracing::debug!(
-            %err,
-            "cannot list the streams; outputs are Core publishes until the list is known"
-        ),
-    }
-}
-
-/// Refuses a subject one cannot `what` to (publish, send a request): a pattern or a subject
-/// the NATS rules refuse (`crate::subject`).
-fn refuse_invalid(subject: &str, what: &str) -> Result<(), PublishError> {
-    match subject_problem(subject, false) {
-        Some(problem) => Err(PublishError::new(PublishErrorKind::InvalidSubject, subject)
-            .with_source(format!(
-                "`{subject}` is not a subject to {what} to: {problem}"
-            ))),
-        None => Ok(()),
-    }
-}
-
-/// A stream that did not confirm an output.
-fn not_stored(subject: &str, stream: &str, err: &TransportError) -> PublishError {
-    let why = match err.kind {
-        TransportErrorKind::TimedOut => {
-            format!("stream `{stream}` did not confirm the message in time")
-        }
-        _ => format!("stream `{stream}` refused the message: {err}"),
-    };
-    PublishError::new(PublishErrorKind::NotStored, subject).with_source(why)
-}
-
-fn broker_error(subject: &str, err: TransportError) -> PublishError {
-    let kind = match err.kind {
-        TransportErrorKind::Invalid => PublishErrorKind::InvalidSubject,
-        _ => PublishErrorKind::Broker,
-    };
-    PublishError::new(kind, subject).with_source(err)
 }
 
 impl Publish for NatsPublisher {

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use ruststream::{Delivery, Headers};
 
 use super::*;
-use crate::transport::{ConsumerSpec, Subscription};
+use crate::transport::{ConsumerSpec, StreamSpec, Subscription, TransportError};
 
 /// A wire whose stream `OUT` stores `out.>` and answers stored publishes with `answer`.
 struct Wire {
@@ -17,6 +17,9 @@ struct Wire {
     more: Mutex<Vec<StreamSpec>>,
     /// What [`Transport::hands_writes_to_a_task`] answers.
     hands_off: bool,
+    /// What [`Transport::stream_by_subject`] answers: no stream by default (`Err(())`: the
+    /// server cannot say).
+    storing_now: Mutex<Result<Option<&'static str>, ()>>,
 }
 
 impl Transport for Wire {
@@ -93,6 +96,20 @@ impl Transport for Wire {
         Box::pin(async { Ok(true) })
     }
 
+    fn stream_by_subject(
+        &self,
+        _subject: &str,
+    ) -> BoxFuture<'_, Result<Option<String>, TransportError>> {
+        let answer = match *self.storing_now.lock().expect("not poisoned") {
+            Ok(stream) => Ok(stream.map(str::to_owned)),
+            Err(()) => Err(TransportError::new(
+                TransportErrorKind::TimedOut,
+                "no answer",
+            )),
+        };
+        Box::pin(async move { answer })
+    }
+
     fn declare_stream(&self, _spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(async { Ok(()) })
     }
@@ -157,6 +174,7 @@ fn wire_publisher(
         sent: Mutex::new(Vec::new()),
         more: Mutex::new(Vec::new()),
         hands_off,
+        storing_now: Mutex::new(Ok(None)),
     });
     let publisher = NatsPublisher::new(Arc::clone(&wire) as Arc<dyn Transport>);
     (wire, publisher)
@@ -202,7 +220,10 @@ async fn a_stored_output_carries_the_id_derived_from_its_input() {
         .expect("published");
     let sent = wire.sent();
     assert_eq!(sent[0].0, "stored out.audited");
-    assert_eq!(sent[0].1.get(MSG_ID_HEADER), Some("ORDERS:17:audit:1"));
+    assert_eq!(
+        sent[0].1.get(MSG_ID_HEADER),
+        Some("ORDERS:17:1700000000000000000:audit:1")
+    );
     assert_eq!(sent[1].0, "core elsewhere");
     assert_eq!(
         sent[1].1.get(MSG_ID_HEADER),
@@ -334,7 +355,10 @@ async fn the_response_to_a_stored_output_carries_no_message_id() {
         .expect("stored, then answered");
     let sent = wire.sent();
     assert_eq!(wire.subjects(), ["stored out.answered", "core _INBOX.r.1"]);
-    assert_eq!(sent[0].1.get(MSG_ID_HEADER), Some("ORDERS:17:answer:0"));
+    assert_eq!(
+        sent[0].1.get(MSG_ID_HEADER),
+        Some("ORDERS:17:1700000000000000000:answer:0")
+    );
     assert_eq!(sent[1].1.get(MSG_ID_HEADER), None, "{:?}", sent[1].1);
     assert_eq!(
         sent[1].1.get(ruststream::codec::CONTENT_TYPE),
@@ -365,6 +389,76 @@ async fn a_stream_gone_since_learned_publishes_the_output_on_core_then_the_respo
         ]
     );
     assert_eq!(sent[1].1, sent[2].1);
+}
+
+/// No responder while the server still names a stream for the subject (its node is down), or
+/// cannot say: the output is not stored, and not published on Core either; no response goes
+/// out. The input must come back (a transient error).
+#[tokio::test]
+async fn a_stream_not_answering_is_an_error_not_a_core_publish() {
+    for storing_now in [Ok(Some("OUT")), Err(())] {
+        let (wire, publisher) = publisher(|| {
+            Err(TransportError::new(
+                TransportErrorKind::NoStream,
+                "no responders",
+            ))
+        });
+        *wire.storing_now.lock().expect("not poisoned") = storing_now;
+        let input = request_input();
+        let err = publisher
+            .publish_encoded(encoded("out.answered", &input))
+            .await
+            .expect_err("not stored");
+        assert_eq!(err.kind(), PublishErrorKind::NotStored, "{err}");
+        assert!(!err.kind().is_permanent());
+        assert!(err.to_string().contains("did not answer"), "{err}");
+        assert_eq!(wire.subjects(), ["stored out.answered"], "{storing_now:?}");
+
+        let err = publisher
+            .send_stored(message("out.answered"))
+            .await
+            .expect_err("not stored");
+        assert_eq!(err.kind(), PublishErrorKind::NotStored, "{err}");
+        assert!(err.to_string().contains("did not answer"), "{err}");
+    }
+}
+
+/// A message the stream refuses as too large is a permanent error, of its own kind.
+#[tokio::test]
+async fn a_message_too_large_is_a_permanent_error() {
+    let (_, large) = publisher(|| {
+        Err(TransportError::refused(
+            crate::transport::Refusal::TooLarge,
+            "message size exceeds maximum allowed",
+        ))
+    });
+    let input = jetstream_input();
+    let origin = Origin {
+        delivery: &input,
+        registration: "audit",
+        output: 0,
+    };
+    let err = large
+        .publish_output(message("out.audited"), origin)
+        .await
+        .expect_err("too large");
+    assert_eq!(err.kind(), PublishErrorKind::TooLarge, "{err}");
+    assert!(err.kind().is_permanent());
+    let (_, full) = publisher(|| {
+        Err(TransportError::refused(
+            crate::transport::Refusal::StreamFull,
+            "maximum messages exceeded",
+        ))
+    });
+    let err = full
+        .publish_output(message("out.audited"), origin)
+        .await
+        .expect_err("full");
+    assert_eq!(err.kind(), PublishErrorKind::NotStored, "{err}");
+    assert!(
+        !err.kind().is_permanent(),
+        "a full stream may take it later"
+    );
 }
 
 /// Over a transport whose own task writes what is published (async-nats), the publish that
@@ -492,6 +586,28 @@ async fn an_inbox_that_is_not_a_subject_is_refused_before_anything_is_sent() {
 }
 
 #[test]
+fn an_output_id_is_the_same_for_a_redelivery_and_new_for_a_recreated_stream() {
+    let id = |ack: &str| {
+        let mut input = Delivery::new("orders.placed", Bytes::from_static(b"{}"));
+        let info = JetStreamInfo::parse(ack).expect("an acknowledgement subject");
+        input.extensions_mut().insert(info);
+        let origin = Origin {
+            delivery: &input,
+            registration: "audit",
+            output: 0,
+        };
+        output_message_id(&origin)
+    };
+    let first = id("$JS.ACK.ORDERS.worker.1.17.21.1700000000000000000.0");
+    // Delivered again by another consumer, later: the same stored message.
+    let again = id("$JS.ACK.ORDERS.other.3.17.40.1700000000000000000.5");
+    // Sequence 17 of the stream created again: stored at another time.
+    let recreated = id("$JS.ACK.ORDERS.worker.1.17.17.1700000000500000000.0");
+    assert_eq!(first, again);
+    assert_ne!(first, recreated);
+}
+
+#[test]
 fn a_core_input_has_no_output_id() {
     let input = Delivery::new("orders.placed", Bytes::from_static(b"{}"));
     let origin = Origin {
@@ -503,7 +619,7 @@ fn a_core_input_has_no_output_id() {
 }
 
 mod filter {
-    use super::super::Filter;
+    use super::super::streams::Filter;
 
     include!("../subject/match_table.rs");
 
@@ -551,7 +667,7 @@ async fn without_the_advisories_a_new_stream_is_learned_at_the_periodic_look() {
         Some("LATER")
     );
 
-    stop.send(Some(Instant::now()))
+    stop.send(Some(tokio::time::Instant::now()))
         .expect("the watcher listens");
     watching.await.expect("the watcher stops");
 }

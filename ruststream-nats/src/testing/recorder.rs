@@ -138,9 +138,10 @@ impl Recorder {
             .unwrap_or_default()
     }
 
-    /// Every outcome handler `registration` returned, in order: a payload that did not decode
-    /// and a panic are not outcomes (see [`panics`](Self::panics) and
-    /// [`decode_failures`](Self::decode_failures)).
+    /// Every outcome handler `registration` returned, in order: a payload that did not decode,
+    /// a panic and an output that can never be published are not outcomes (see
+    /// [`panics`](Self::panics), [`decode_failures`](Self::decode_failures) and
+    /// [`handled`](Self::handled)).
     pub fn outcomes(&self, registration: &str) -> Vec<HandlerOutcome> {
         self.handled(registration)
             .into_iter()

@@ -181,7 +181,8 @@ pub enum TransportErrorKind {
     Connect,
     /// No stream by that name.
     StreamNotFound,
-    /// No stream stores that subject (a JetStream publish found no responder).
+    /// A JetStream publish found no responder: no stream stores that subject, or the stream
+    /// that does is not answering (its server is down, a leader election is under way).
     NoStream,
     /// A subject or name is not valid.
     Invalid,
@@ -244,6 +245,24 @@ impl TransportError {
     /// The client's error that caused this one, to downcast.
     pub fn cause(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
         self.cause.as_deref()
+    }
+
+    /// Whether the same operation fails the same way every time it is tried again: a subject,
+    /// header or name that is not valid, a message larger than the server or the stream takes.
+    /// Everything else (no connection, no answer in time, a stream full or not answering now, a
+    /// failed expectation) may succeed later. A publish error's kind follows from it
+    /// ([`ruststream::PublishErrorKind::is_permanent`]).
+    ///
+    /// ```
+    /// use ruststream_nats::transport::{Refusal, TransportError, TransportErrorKind};
+    ///
+    /// assert!(TransportError::refused(Refusal::TooLarge, "too large").is_permanent());
+    /// assert!(TransportError::new(TransportErrorKind::Invalid, "not a subject").is_permanent());
+    /// assert!(!TransportError::refused(Refusal::StreamFull, "full").is_permanent());
+    /// assert!(!TransportError::new(TransportErrorKind::NoStream, "no responders").is_permanent());
+    /// ```
+    pub fn is_permanent(&self) -> bool {
+        self.kind == TransportErrorKind::Invalid || self.refusal == Some(Refusal::TooLarge)
     }
 }
 

@@ -234,8 +234,18 @@ impl<S> Registration<S> {
 }
 
 /// What a single handler's run says: its outcome, its panic, or its own error (recorded on the
-/// context by the generated code or `Context::failure`).
+/// context by the generated code or `Context::failure`). An output that failed for good makes
+/// it [`Handled::Unpublishable`] unless the handler panicked or ended the message itself
+/// (`drop()`): retrying would fail the same way.
 fn single_result(ran: Result<Result<(), HandlerOutcome>, Handled>, ctx: &Context<'_>) -> Handled {
+    if let Some(reason) = ctx.unpublishable()
+        && matches!(
+            &ran,
+            Ok(Ok(()) | Err(HandlerOutcome::Retry | HandlerOutcome::RetryAfter(_)))
+        )
+    {
+        return Handled::Unpublishable(reason.to_owned());
+    }
     match ran {
         Ok(Ok(())) => match ctx.unconfirmed() {
             // An output a stream did not confirm: the input must come back.

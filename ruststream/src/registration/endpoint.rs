@@ -166,6 +166,7 @@ impl Endpoint {
             Handled::Failed(_) => self.info.policy.on_error.decide(&facts),
             Handled::TimedOut(_) => settle::decide(&HandlerOutcome::Retry, &facts),
             Handled::Undecodable(_) => self.info.policy.undecodable.decide(&facts),
+            Handled::Unpublishable(_) => settle::decide_unpublishable(&facts),
             Handled::NoOutcome(_) => Decision {
                 dead_letter: false,
                 copy: None,

@@ -77,6 +77,7 @@ fn copy(after: Duration, retry_count: u32, settle: Settle) -> Decision {
 enum Given {
     Outcome(HandlerOutcome),
     Undecodable,
+    Unpublishable,
 }
 
 /// One line of a seed table: the sentence it tests, the delivery, the answer, the decision.
@@ -105,6 +106,15 @@ fn undecodable(seed: &'static str, facts: Facts, expect: Decision) -> Row {
     }
 }
 
+fn unpublishable(seed: &'static str, facts: Facts, expect: Decision) -> Row {
+    Row {
+        seed,
+        facts,
+        given: Given::Unpublishable,
+        expect,
+    }
+}
+
 /// Checks every row and reports all the rows that fail at once, each with its seed sentence.
 fn check(rows: &[Row]) {
     let mut failures = String::new();
@@ -112,6 +122,7 @@ fn check(rows: &[Row]) {
         let got = match &row.given {
             Given::Outcome(outcome) => decide(outcome, &row.facts),
             Given::Undecodable => decide_undecodable(&row.facts),
+            Given::Unpublishable => decide_unpublishable(&row.facts),
         };
         if got != row.expect {
             let _ = write!(
@@ -699,6 +710,52 @@ fn undecodable_payloads() {
     ]);
 }
 
+/// A handling whose output can never be published (too large, a subject that is not one) is
+/// not retried, whatever the attempt and the cap: dead-lettered when declared, else `+TERM`ed
+/// (JetStream) or let go (Core). A transient failure stays a retry (the handler's outcome).
+#[test]
+fn unpublishable_outputs() {
+    use AckKind::*;
+    check(&[
+        unpublishable(
+            "unpublishable, JetStream, no dead letter → +TERM",
+            jetstream(1),
+            send(Term),
+        ),
+        unpublishable(
+            "unpublishable, JetStream, dead letter, first of five → dead letter, then +TERM",
+            jetstream(1).with_cap(cap(5)).with_dead_letter(),
+            dead_letter_then(Settle::Send(Term)),
+        ),
+        unpublishable(
+            "unpublishable, JetStream, dead letter, no cap → dead letter, then +TERM",
+            jetstream(3).with_dead_letter(),
+            dead_letter_then(Settle::Send(Term)),
+        ),
+        unpublishable(
+            "unpublishable, JetStream, at the cap → as below it",
+            jetstream(5).with_cap(cap(5)).with_dead_letter(),
+            dead_letter_then(Settle::Send(Term)),
+        ),
+        unpublishable(
+            "unpublishable, Core, no dead letter → let go",
+            core(1).with_cap(cap(3)),
+            nothing(),
+        ),
+        unpublishable(
+            "unpublishable, Core, dead letter → the delivery as it arrived, no copy",
+            core(1).with_cap(cap(3)).with_dead_letter(),
+            dead_letter_then(Settle::Nothing),
+        ),
+        row(
+            "a transient publish failure (the reply path's retry) → -NAK",
+            jetstream(1).with_dead_letter(),
+            HandlerOutcome::retry(),
+            send(Nak),
+        ),
+    ]);
+}
+
 /// Runs a handler that always answers `outcome` on a fresh delivery, following the way the
 /// message comes back (a `-NAK` redelivery, or a Core copy), and returns how often the handler
 /// ran and the last decision. Stops after `limit` runs.
@@ -911,6 +968,14 @@ proptest! {
     #[test]
     fn undecodable_never_comes_back(facts in any_facts()) {
         let decision = decide_undecodable(&facts);
+        prop_assert!(!decision.brings_back());
+        prop_assert_eq!(decision.copy, None);
+        prop_assert_eq!(decision.dead_letter, facts.dead_letter);
+    }
+
+    #[test]
+    fn unpublishable_never_comes_back(facts in any_facts()) {
+        let decision = decide_unpublishable(&facts);
         prop_assert!(!decision.brings_back());
         prop_assert_eq!(decision.copy, None);
         prop_assert_eq!(decision.dead_letter, facts.dead_letter);
