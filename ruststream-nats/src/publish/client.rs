@@ -71,7 +71,7 @@ impl NatsClient {
     }
 
     /// Publishes `value` as JSON to `subject`, confirmed by its stream when one stores it.
-    /// Subjects under `$JS.API.`, `$SYS.` and `_INBOX.` are refused, as by
+    /// Subjects under a reserved prefix ([`ruststream::RESERVED_PREFIXES`]) are refused, as by
     /// [`Context::publish_to`](ruststream::Context::publish_to).
     ///
     /// # Errors
