@@ -1,7 +1,8 @@
 //! Every way `NatsBroker` authenticates, against a nats-server configured for it: user and
 //! password, token, NKey seed, credentials file (a JWT the test issues from its own operator),
 //! TLS with a CA the test generates, and mutual TLS. Each with its failure: the app refuses to
-//! start with an error naming the server (never the secret) and the likely fix.
+//! start with an error naming the server (never the secret) and the likely fix. A `tls://` URL
+//! keeps TLS on the servers a cluster announces.
 
 mod support;
 
@@ -244,6 +245,189 @@ async fn mutual_tls() {
     )
     .await;
     assert_refusal(&err, &server, ".client_certificate(..)", "-----BEGIN");
+}
+
+/// A `tls://` URL names one node of a cluster whose other node takes plain connections and
+/// is announced to the app (INFO `connect_urls`). When the named node dies, the app reaches the
+/// other one over TLS or not at all: never in plain text, its password included.
+#[tokio::test]
+async fn a_tls_url_never_reaches_an_announced_server_in_clear() {
+    tls_url_and_an_announced_node(AnnouncedNode::Plain).await;
+}
+
+/// The same with an announced node that takes TLS and plain connections (`allow_non_tls`): the
+/// app moves to it over TLS and serves there.
+#[tokio::test]
+async fn a_tls_url_reaches_an_announced_server_over_tls() {
+    tls_url_and_an_announced_node(AnnouncedNode::TlsOptional).await;
+}
+
+/// How the announced node's client port takes connections.
+#[derive(Clone, Copy, PartialEq)]
+enum AnnouncedNode {
+    /// No TLS at all.
+    Plain,
+    /// TLS with `allow_non_tls: true`.
+    TlsOptional,
+}
+
+async fn tls_url_and_an_announced_node(announced: AnnouncedNode) {
+    use ruststream_test_server::cluster::{free_port, monitor_json, retry_taken_ports};
+    use serde_json::Value;
+
+    capture();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let pki = Pki::new(dir.path());
+    let secret = "Cluster-Secret-40";
+    let name = "tls-discovery-app";
+    let tls = format!(
+        "tls {{ cert_file: \"{}\", key_file: \"{}\" }}\n",
+        pki.server_cert.display(),
+        pki.server_key.display()
+    );
+    let (mut named, other, named_monitor, other_monitor) = retry_taken_ports(|| {
+        let [route_a, route_b, monitor_a, monitor_b] = std::array::from_fn(|_| free_port());
+        let node = |server: &str, monitor: u16, route: u16, peer: u16, client_tls: &str| {
+            NatsServer::builder()
+                .config(format!(
+                    "server_name: {server}\nhttp: \"127.0.0.1:{monitor}\"\n{client_tls}\
+                     authorization {{ user: app, password: \"{secret}\" }}\n\
+                     cluster {{\n  name: tls-discovery\n  listen: \"127.0.0.1:{route}\"\n  \
+                     routes: [\"nats-route://127.0.0.1:{peer}\"]\n}}\n"
+                ))
+                .try_start()
+        };
+        let other_tls = match announced {
+            AnnouncedNode::Plain => String::new(),
+            AnnouncedNode::TlsOptional => format!("{tls}allow_non_tls: true\n"),
+        };
+        let named = node("named", monitor_a, route_a, route_b, &tls)?;
+        let other = node("other", monitor_b, route_b, route_a, &other_tls)?;
+        Ok((named, other, monitor_a, monitor_b))
+    });
+    // The named node announces the other one's client address once their route is up.
+    let other_address = format!("127.0.0.1:{}", other.port());
+    eventually(PATIENCE, "the named node announces the other", || {
+        let announced = monitor_json(named_monitor, "/varz")
+            .and_then(|varz| varz.get("connect_urls").cloned())
+            .and_then(|urls| urls.as_array().cloned())
+            .is_some_and(|urls| urls.iter().any(|u| u.as_str() == Some(&other_address)));
+        async move { announced.then_some(()) }
+    })
+    .await;
+
+    // Both nodes run JetStream (the app lists the streams when it starts): wait for their leader.
+    eventually(PATIENCE, "a JetStream meta leader", || {
+        let leader = monitor_json(named_monitor, "/jsz")
+            .and_then(|jsz| {
+                jsz.get("meta_cluster")?
+                    .get("leader")?
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .is_some_and(|leader| !leader.is_empty());
+        async move { leader.then_some(()) }
+    })
+    .await;
+    let handler = Scripted::always(HandlerOutcome::ack());
+    let app = support::nats::start_with(
+        NatsBroker::new(format!("tls://127.0.0.1:{}", named.port()))
+            .root_certificate(&pki.ca)
+            .user_and_password("app", secret)
+            .connection_name(name),
+        // Stopping without a server to drain to waits for the drain timeout: a short one.
+        ruststream::Env::new().with_drain_timeout(Duration::from_millis(200)),
+        |b| {
+            b.include(CoreSubject::new("notices.sent").handler(handler.clone()));
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("the app starts: {err}"));
+    let client = |port: u16| {
+        async_nats::ConnectOptions::with_user_and_password("app".into(), secret.into())
+            .add_root_certificates(pki.ca.clone())
+            .require_tls(true)
+            .connect(format!("tls://127.0.0.1:{port}"))
+    };
+    let through_named = client(named.port())
+        .await
+        .expect("a client of the named node");
+    publish_core(&through_named, "notices.sent", &[], r#"{"id":1}"#).await;
+    assert_eq!(handler.until_seen(1).await[0].id, 1);
+    drop(through_named);
+
+    // The other node's client connections so far, open or closed (the start's readiness probe).
+    let other_connections = || {
+        monitor_json(other_monitor, "/connz?state=all&auth=true")
+            .and_then(|connz| connz.get("connections").and_then(Value::as_array).cloned())
+            .unwrap_or_default()
+    };
+    let before: Vec<Value> = other_connections()
+        .iter()
+        .filter_map(|c| c.get("cid").cloned())
+        .collect();
+
+    named.kill();
+    // The app moves to the other node, the only one left: wait until that node has a new client
+    // connection that got past its start (closed, or open and authenticated).
+    let connections = eventually(PATIENCE, "the app tries the announced node", || {
+        let connections: Vec<Value> = other_connections()
+            .into_iter()
+            .filter(|c| c.get("cid").is_none_or(|cid| !before.contains(cid)))
+            .collect();
+        let settled = connections.iter().any(|c| {
+            c.get("stop").is_some()
+                || c.get("authorized_user").and_then(Value::as_str) == Some("app")
+        });
+        async move { settled.then_some(connections) }
+    })
+    .await;
+    let text = |c: &Value, field: &str| {
+        c.get(field)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    for connection in &connections {
+        assert!(
+            !text(connection, "tls_version").is_empty()
+                || (text(connection, "authorized_user").is_empty()
+                    && text(connection, "name").is_empty()),
+            "the app reached the announced node in plain text, its password included: \
+             {connection}\n{}",
+            other.log_tail()
+        );
+    }
+    if announced == AnnouncedNode::TlsOptional {
+        // Over TLS the app subscribes on the other node and serves from it.
+        eventually(
+            PATIENCE,
+            "the app subscribed on the other node over TLS",
+            || {
+                let connected = monitor_json(other_monitor, "/connz?subs=1")
+                    .and_then(|connz| connz.get("connections").and_then(Value::as_array).cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| {
+                        text(c, "name") == name
+                            && !text(c, "tls_version").is_empty()
+                            && c.get("subscriptions_list")
+                                .and_then(Value::as_array)
+                                .is_some_and(|subs| {
+                                    subs.iter().any(|s| s.as_str() == Some("notices.sent"))
+                                })
+                    });
+                async move { connected.then_some(()) }
+            },
+        )
+        .await;
+        let through_other = client(other.port())
+            .await
+            .expect("a client of the other node");
+        publish_core(&through_other, "notices.sent", &[], r#"{"id":2}"#).await;
+        assert_eq!(handler.until_seen(2).await[1].id, 2);
+    }
+    let _ = app.stop().await;
 }
 
 /// Credentials that expire while the app runs: an error log names the broker.
