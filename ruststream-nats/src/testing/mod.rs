@@ -188,6 +188,14 @@ impl TestApp {
     pub async fn start_on<A: App>(app: A, nats: InProcessNats) -> Result<Self, Error> {
         let registrations = app.registrations();
         let declared: Vec<String> = app.declared_streams().into_iter().map(|(n, _)| n).collect();
+        // A misspelt stream name is refused as production refuses it, not created.
+        let mut known = nats.streams().await.unwrap_or_default();
+        known.extend(
+            app.declared_streams()
+                .into_iter()
+                .map(|(name, subjects)| crate::transport::StreamSpec { name, subjects }),
+        );
+        crate::stream_checks::refuse_near_streams(&registrations, &known)?;
         let created = declare_streams(&nats, &registrations).await?;
         let undeclared: Vec<String> = created
             .into_iter()
