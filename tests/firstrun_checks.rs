@@ -215,6 +215,17 @@ async fn a_consumer_without_a_durable_that_rereads_a_stream_is_warned_about() {
     ] {
         assert!(warned[0].contains(needle), "{needle}: {}", warned[0]);
     }
+    // `check` says it too, as a warning.
+    let done = forgetful_app(server.url())
+        .check(ruststream::Env::new())
+        .await
+        .unwrap_or_else(|err| panic!("a warning, not a refusal: {err}"));
+    assert!(
+        done.iter().any(|l| l.starts_with(
+            "warning: registration `forgetful` reads stream `ORDERS` without a durable consumer"
+        )),
+        "{done:?}"
+    );
     // The stream still holds both: they were read, not consumed away.
     let mut stream = js.get_stream("ORDERS").await.expect("the stream");
     assert_eq!(stream.info().await.expect("info").state.messages, 2);

@@ -8,7 +8,7 @@ use ruststream::settle::DeliveryModel;
 use ruststream::{Error, ErrorKind};
 
 use crate::subject::overlaps;
-use crate::transport::StreamSpec;
+use crate::transport::{StreamSpec, Transport};
 
 /// Every stream that stores a subject a `reply` handler answers requests on, as one sentence
 /// each: a request published there is answered by the stream's storage receipt
@@ -114,12 +114,21 @@ pub(crate) fn missing_stream(info: &RegistrationInfo, stream: &str, known: &[Str
 }
 
 /// What `TestApp` refuses instead of creating a stream the app reads but neither has nor
-/// declares: one whose name is a typo of a stream of `known` (there or declared), or whose
-/// subject such a stream stores. Production refuses it alike (`missing_stream`).
-pub(crate) fn refuse_near_streams(
+/// declares: one whose name is a typo of a stream `transport` has or the app declares, or
+/// whose subject such a stream stores. Production refuses it alike (`missing_stream`).
+#[cfg_attr(not(feature = "testing"), allow(dead_code))] // `TestApp`'s
+pub(crate) async fn refuse_near_streams(
+    transport: &dyn Transport,
+    declared: Vec<(String, Vec<String>)>,
     registrations: &[RegistrationInfo],
-    known: &[StreamSpec],
 ) -> Result<(), Error> {
+    let mut known = transport.streams().await.unwrap_or_default();
+    known.extend(
+        declared
+            .into_iter()
+            .map(|(name, subjects)| StreamSpec { name, subjects }),
+    );
+    let known = &known;
     for r in registrations {
         let d = &r.descriptor;
         let (DeliveryModel::JetStream, Some(stream)) = (d.model, d.stream.as_deref()) else {

@@ -98,6 +98,9 @@ pub(super) async fn check_on_server(
                 })?;
             done.push(format!("registration `{name}`: {state}"));
         }
+        if let Some(warning) = reread_warning(transport, info).await {
+            done.push(format!("warning: {warning}"));
+        }
     }
     Ok(done)
 }
@@ -208,28 +211,33 @@ pub(crate) fn refuse_captured_requests(
 async fn warn_rereads(transport: &dyn Transport, endpoints: &[Endpoint]) {
     for endpoint in endpoints {
         let info = endpoint.info();
-        let d = &info.descriptor;
-        let (DeliveryModel::JetStream, Some(stream), None, DeliverPolicy::All) = (
-            d.model,
-            d.stream.as_deref(),
-            d.consumer.as_deref(),
-            d.deliver_policy,
-        ) else {
-            continue;
-        };
-        if let Ok(Some(place)) = transport.stream_place(stream.to_owned()).await
-            && place.messages > 0
-        {
-            tracing::warn!(
-                registration = %info.name,
-                %stream,
-                messages = place.messages,
-                "registration `{name}` reads stream `{stream}` without a durable consumer, from its first message: the {count} message(s) it holds are handled again now, and at every start; give it `.durable(\"{name}\")` to go on where it stopped, or `.deliver_policy(DeliverPolicy::New)` to read only new messages",
-                name = info.name,
-                count = place.messages,
-            );
+        if let Some(warning) = reread_warning(transport, info).await {
+            tracing::warn!(registration = %info.name, "{warning}");
         }
     }
+}
+
+/// What `run` and `check` say of registration `info` when it reads its stream without a
+/// durable name from the first message, and the stream holds messages: `None` otherwise, or
+/// when the transport cannot tell.
+async fn reread_warning(transport: &dyn Transport, info: &RegistrationInfo) -> Option<String> {
+    let d = &info.descriptor;
+    let (DeliveryModel::JetStream, Some(stream), None, DeliverPolicy::All) = (
+        d.model,
+        d.stream.as_deref(),
+        d.consumer.as_deref(),
+        d.deliver_policy,
+    ) else {
+        return None;
+    };
+    let place = transport.stream_place(stream.to_owned()).await.ok()??;
+    (place.messages > 0).then(|| {
+        format!(
+            "registration `{name}` reads stream `{stream}` without a durable consumer, from its first message: the {count} message(s) it holds are handled again at every start; give it `.durable(\"{name}\")` to go on where it stopped, or `.deliver_policy(DeliverPolicy::New)` to read only new messages",
+            name = info.name,
+            count = place.messages,
+        )
+    })
 }
 
 /// A JetStream registration whose dead-letter subject no stream stores: the dead letter is a

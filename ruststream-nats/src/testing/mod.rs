@@ -189,13 +189,8 @@ impl TestApp {
         let registrations = app.registrations();
         let declared: Vec<String> = app.declared_streams().into_iter().map(|(n, _)| n).collect();
         // A misspelt stream name is refused as production refuses it, not created.
-        let mut known = nats.streams().await.unwrap_or_default();
-        known.extend(
-            app.declared_streams()
-                .into_iter()
-                .map(|(name, subjects)| crate::transport::StreamSpec { name, subjects }),
-        );
-        crate::stream_checks::refuse_near_streams(&registrations, &known)?;
+        crate::stream_checks::refuse_near_streams(&nats, app.declared_streams(), &registrations)
+            .await?;
         let created = declare_streams(&nats, &registrations).await?;
         let undeclared: Vec<String> = created
             .into_iter()
