@@ -61,6 +61,15 @@ async fn ship(_order: &Order) -> HandlerOutcome {
     HandlerOutcome::drop()
 }
 
+#[test]
+fn a_reply_handler_says_it_answers_requests_and_others_do_not() {
+    use ruststream::Mount as _;
+    let info = |m: ruststream::Registration<()>| m.info().answers_requests;
+    assert!(info(status.mount()), "`reply` answers requests");
+    assert!(!info(worker.mount()), "no `reply`: answers none");
+    assert!(!info(forgetful.mount()));
+}
+
 fn with_status(b: &mut ruststream::Scope<()>) {
     b.include(status);
     b.include(worker)
