@@ -1,6 +1,7 @@
 //! What the broker checks and says against the server before it starts serving: `check`'s
-//! read-only look, every JetStream registration's stream, dead letters no stream stores, and
-//! which outputs are stored.
+//! read-only look, every JetStream registration's stream (or the one a misspelt name meant), a
+//! stream that would answer a `reply` handler's requests, dead letters no stream stores, a
+//! consumer without a durable name that re-reads its stream, and which outputs are stored.
 
 use ruststream::registration::DeliverPolicy;
 use ruststream::registration::RegistrationInfo;
