@@ -36,12 +36,14 @@ async fn receipts(order: &Order) -> Result<Receipt, HandlerOutcome> {
     Ok(Receipt { id: order.id })
 }
 
-#[subscriber("orders.audited", reply)]
+// Outside `orders.>`: a stream storing a subject a `reply` handler answers on would answer
+// its requests with the storage receipt, and the app refuses to start.
+#[subscriber("audit.orders", reply)]
 async fn alert(order: &Order) -> Result<Alert, HandlerOutcome> {
     Ok(Alert { id: order.id })
 }
 
-#[subscriber("orders.accepted", reply)]
+#[subscriber("accept.orders", reply)]
 async fn place(_order: &Order) -> Result<Placed, HandlerOutcome> {
     Ok(Placed {
         tenant: "acme".to_owned(),

@@ -21,6 +21,7 @@ mod rate;
 mod running;
 mod settings;
 mod source;
+mod stream_checks;
 mod subject;
 mod supervise;
 mod telemetry;

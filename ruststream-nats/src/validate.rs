@@ -23,6 +23,11 @@ pub(crate) fn validate(
         problems.extend(stream.problems());
     }
     check_shared_durables(registrations, &mut problems);
+    let declared: Vec<StreamSpec> = streams.iter().map(StreamDeclaration::spec).collect();
+    problems.extend(crate::stream_checks::requests_captured_by_streams(
+        registrations,
+        &declared,
+    ));
     report(problems)
 }
 

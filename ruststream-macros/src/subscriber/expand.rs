@@ -94,6 +94,11 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
     let close = quote_spanned!(last=> , #outs, __S, Self>);
     let register_call = quote!(#open #payload #close);
     let registration = name.unraw().to_string();
+    // A `reply` handler says so: the broker checks that no stream answers its requests first.
+    let answers = match plan.ret {
+        Ret::Reply { .. } => quote!(.__answers_requests()),
+        Ret::Outcome(_) | Ret::Unit => TokenStream::new(),
+    };
     // `SubscriberFn`, which makes it a `Mount` (see that trait for why not `Mount` itself).
     // Spanned at the function's name: an extractor this app's state cannot give is reported
     // as "required for `name` to implement `SubscriberFn`" at that one line.
@@ -105,7 +110,7 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
             #(#extractor_bounds,)*
         {
             fn mount(self) -> ::ruststream::Registration<__S> {
-                #register_call(#descriptor, self, #registration)
+                #register_call(#descriptor, self, #registration)#answers
             }
         }
     };

@@ -1,12 +1,15 @@
 //! What the broker checks and says against the server before it starts serving: `check`'s
-//! read-only look, every JetStream registration's stream, dead letters no stream stores, and
-//! which outputs are stored.
+//! read-only look, every JetStream registration's stream (or the one a misspelt name meant), a
+//! stream that would answer a `reply` handler's requests, dead letters no stream stores, a
+//! consumer without a durable name that re-reads its stream, and which outputs are stored.
 
+use ruststream::registration::DeliverPolicy;
 use ruststream::registration::RegistrationInfo;
 use ruststream::settle::DeliveryModel;
 use ruststream::{Endpoint, Error, ErrorKind};
 
 use crate::publish::NatsPublisher;
+use crate::stream_checks::{missing_stream, requests_captured_by_streams};
 use crate::transport::nats::NatsTransport;
 use crate::transport::{StreamSpec, Transport};
 
@@ -17,6 +20,14 @@ pub(super) async fn check_on_server(
     registrations: &[RegistrationInfo],
     declared: &[StreamSpec],
 ) -> Result<Vec<String>, Error> {
+    let mut known = transport.streams().await.unwrap_or_default();
+    for declaration in declared {
+        match known.iter_mut().find(|s| s.name == declaration.name) {
+            Some(stream) => stream.subjects.extend(declaration.subjects.iter().cloned()),
+            None => known.push(declaration.clone()),
+        }
+    }
+    refuse_captured_requests(registrations, &known)?;
     let mut done = Vec::new();
     for info in registrations {
         let dead_letter = info
@@ -35,6 +46,18 @@ pub(super) async fn check_on_server(
                     "{what} of registration `{}` go to `{subject}`, stored in stream `{stream}`: each publish waits for the stream's acknowledgement before the delivery is settled",
                     info.name
                 ),
+                // As `run` warns (`warn_unstored_dead_letters`): a dead letter of a JetStream
+                // registration terminates the original.
+                Ok(None)
+                    if what == "dead letters"
+                        && info.descriptor.model == DeliveryModel::JetStream =>
+                {
+                    format!(
+                        "warning: registration `{}`: {}",
+                        info.name,
+                        unstored_dead_letter(subject)
+                    )
+                }
                 Ok(None) => format!(
                     "{what} of registration `{}` go to `{subject}`, which no stream stores: each is a Core publish that only a subscriber listening at that moment gets",
                     info.name
@@ -60,13 +83,7 @@ pub(super) async fn check_on_server(
                 ));
                 continue;
             }
-            let subject = &info.descriptor.subject;
-            return Err(Error::new(
-                ErrorKind::Broker,
-                format!(
-                    "registration `{name}` reads stream `{stream}`, which does not exist; create it with `nats stream add {stream} --subjects \"{subject}\"`, or declare it on the broker: `NatsBroker::new(url).declare_stream(\"{stream}\", [\"{subject}\"])`"
-                ),
-            ));
+            return Err(missing_stream(info, stream, &known));
         }
         done.push(format!("stream `{stream}` of registration `{name}` exists"));
         if let Some(durable) = info.descriptor.consumer.as_deref() {
@@ -81,6 +98,9 @@ pub(super) async fn check_on_server(
                     .with_source(err)
                 })?;
             done.push(format!("registration `{name}`: {state}"));
+        }
+        if let Some(warning) = reread_warning(transport, info).await {
+            done.push(format!("warning: {warning}"));
         }
     }
     Ok(done)
@@ -146,8 +166,12 @@ pub(super) async fn check_streams(
     transport: &dyn Transport,
     endpoints: &[Endpoint],
 ) -> Result<(), Error> {
-    for endpoint in endpoints {
-        let info = endpoint.info();
+    // The declared streams are on the server by now. A transport that cannot list its streams
+    // (a test double) gets no check and no suggestion.
+    let known = transport.streams().await.unwrap_or_default();
+    let registrations: Vec<RegistrationInfo> = endpoints.iter().map(|e| e.info().clone()).collect();
+    refuse_captured_requests(&registrations, &known)?;
+    for info in registrations {
         if info.descriptor.model != DeliveryModel::JetStream {
             continue;
         }
@@ -156,17 +180,65 @@ pub(super) async fn check_streams(
         };
         let exists = stream_exists(transport, stream, &info.name).await?;
         if !exists {
-            let subject = &info.descriptor.subject;
-            return Err(Error::new(
-                ErrorKind::Broker,
-                format!(
-                    "registration `{name}` reads stream `{stream}`, which does not exist; create it with `nats stream add {stream} --subjects \"{subject}\"`, or declare it on the broker: `NatsBroker::new(url).declare_stream(\"{stream}\", [\"{subject}\"])`",
-                    name = info.name,
-                ),
-            ));
+            return Err(missing_stream(&info, stream, &known));
         }
     }
+    warn_rereads(transport, endpoints).await;
     Ok(())
+}
+
+/// Refuses to start when a stream of `streams` stores a subject a `reply` handler answers
+/// requests on: the stream's storage receipt would answer each request.
+pub(crate) fn refuse_captured_requests(
+    registrations: &[RegistrationInfo],
+    streams: &[StreamSpec],
+) -> Result<(), Error> {
+    let problems = requests_captured_by_streams(registrations, streams);
+    match problems.len() {
+        0 => Ok(()),
+        1 => Err(Error::new(ErrorKind::Config, problems.join(""))),
+        n => Err(Error::new(
+            ErrorKind::Config,
+            format!(
+                "{n} streams would answer requests:\n  - {}",
+                problems.join("\n  - ")
+            ),
+        )),
+    }
+}
+
+/// Warns about each consumer without a durable name that will read, from its first message,
+/// a stream that already holds messages: every start handles them all again.
+async fn warn_rereads(transport: &dyn Transport, endpoints: &[Endpoint]) {
+    for endpoint in endpoints {
+        let info = endpoint.info();
+        if let Some(warning) = reread_warning(transport, info).await {
+            tracing::warn!(registration = %info.name, "{warning}");
+        }
+    }
+}
+
+/// What `run` and `check` say of registration `info` when it reads its stream without a
+/// durable name from the first message, and the stream holds messages: `None` otherwise, or
+/// when the transport cannot tell.
+async fn reread_warning(transport: &dyn Transport, info: &RegistrationInfo) -> Option<String> {
+    let d = &info.descriptor;
+    let (DeliveryModel::JetStream, Some(stream), None, DeliverPolicy::All) = (
+        d.model,
+        d.stream.as_deref(),
+        d.consumer.as_deref(),
+        d.deliver_policy,
+    ) else {
+        return None;
+    };
+    let place = transport.stream_place(stream.to_owned()).await.ok()??;
+    (place.messages > 0).then(|| {
+        format!(
+            "registration `{name}` reads stream `{stream}` without a durable consumer, from its first message: the {count} message(s) it holds are handled again at every start; give it `.durable(\"{name}\")` to go on where it stopped, or `.deliver_policy(DeliverPolicy::New)` to read only new messages",
+            name = info.name,
+            count = place.messages,
+        )
+    })
 }
 
 /// A JetStream registration whose dead-letter subject no stream stores: the dead letter is a
@@ -187,7 +259,8 @@ pub(super) async fn warn_unstored_dead_letters(transport: &dyn Transport, endpoi
             Ok(None) => tracing::warn!(
                 registration = %info.name,
                 dead_letter,
-                "no stream stores the dead-letter subject: a dead letter is a Core publish that only a subscriber listening at that moment receives, and the original is terminated all the same; store it in a stream (`nats stream add DEAD --subjects \"{dead_letter}\"`, or `.declare_stream(\"DEAD\", [\"{dead_letter}\"])` on the broker)"
+                "{}",
+                unstored_dead_letter(dead_letter)
             ),
             Err(err) => tracing::debug!(
                 registration = %info.name,
@@ -197,4 +270,12 @@ pub(super) async fn warn_unstored_dead_letters(transport: &dyn Transport, endpoi
             ),
         }
     }
+}
+
+/// What `run` and `check` say of a JetStream registration's dead-letter subject no stream
+/// stores.
+fn unstored_dead_letter(dead_letter: &str) -> String {
+    format!(
+        "no stream stores the dead-letter subject `{dead_letter}`: a dead letter is a Core publish that only a subscriber listening at that moment receives, and the original is terminated all the same; store it in a stream (`nats stream add DEAD --subjects \"{dead_letter}\"`, or `.declare_stream(\"DEAD\", [\"{dead_letter}\"])` on the broker)"
+    )
 }

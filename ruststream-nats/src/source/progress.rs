@@ -181,6 +181,7 @@ mod tests {
         StreamPlace {
             created: created.to_owned(),
             first_sequence,
+            messages: 0,
         }
     }
 

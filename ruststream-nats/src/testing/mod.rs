@@ -188,6 +188,9 @@ impl TestApp {
     pub async fn start_on<A: App>(app: A, nats: InProcessNats) -> Result<Self, Error> {
         let registrations = app.registrations();
         let declared: Vec<String> = app.declared_streams().into_iter().map(|(n, _)| n).collect();
+        // A misspelt stream name is refused as production refuses it, not created.
+        crate::stream_checks::refuse_near_streams(&nats, app.declared_streams(), &registrations)
+            .await?;
         let created = declare_streams(&nats, &registrations).await?;
         let undeclared: Vec<String> = created
             .into_iter()

@@ -312,6 +312,8 @@ pub struct StreamPlace {
     pub created: String,
     /// The lowest sequence the stream still holds: the messages below it are gone for good.
     pub first_sequence: u64,
+    /// How many messages the stream holds now.
+    pub messages: u64,
 }
 
 /// The consumer a `JetStreamSubject` reads through.

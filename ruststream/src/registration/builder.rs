@@ -78,6 +78,7 @@ pub struct Registration<S> {
     pub(super) schemas: Schemas,
     pub(super) unroutable: Option<String>,
     pub(super) idempotency_key: Option<Arc<crate::idempotency::KeyFn>>,
+    pub(super) answers_requests: bool,
 }
 
 /// A registration's middleware by scope, each outermost first.
@@ -442,7 +443,16 @@ impl<S> Registration<S> {
             publishes: self.publishes.clone(),
             middleware: self.layers.all().iter().map(|m| m.name()).collect(),
             schemas: self.schemas.clone(),
+            answers_requests: self.answers_requests,
         }
+    }
+
+    /// Marks the handler as answering requests (`#[subscriber(.., reply)]`): what the broker's
+    /// startup checks look for in a stream that would answer them first.
+    #[doc(hidden)]
+    pub fn __answers_requests(mut self) -> Self {
+        self.answers_requests = true;
+        self
     }
 }
 

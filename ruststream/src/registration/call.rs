@@ -229,6 +229,7 @@ impl<S> Registration<S> {
             schemas,
             unroutable: None,
             idempotency_key: None,
+            answers_requests: false,
         }
     }
 }

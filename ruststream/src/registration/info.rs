@@ -23,6 +23,9 @@ pub struct RegistrationInfo {
     pub middleware: Vec<String>,
     /// The payload's type and, when declared, its JSON Schema and its reply's (`asyncapi`).
     pub schemas: Schemas,
+    /// Whether the handler answers requests (`#[subscriber(.., reply)]`): a stream storing its
+    /// subject would answer a request with its storage receipt before the handler could.
+    pub answers_requests: bool,
 }
 
 impl RegistrationInfo {

@@ -97,6 +97,7 @@ impl NatsTransport {
         Ok(StreamPlace {
             created: format!("{:?}", info.created),
             first_sequence: info.state.first_sequence,
+            messages: info.state.messages,
         })
     }
 
