@@ -216,7 +216,23 @@ pub struct Embedded {
     pub seed: Option<std::path::PathBuf>,
     /// Whether to read more `publish SUBJECT JSON` lines from standard input.
     pub stdin: bool,
+    /// Notified once standard input ended and what it published was handled: `run` then stops,
+    /// so that a piped script ends the program.
+    pub input_ended: InputEnded,
 }
+
+/// What the embedded NATS notifies when its standard input has ended and nothing it published
+/// is left to handle (see [`Embedded::input_ended`]).
+#[derive(Debug, Clone, Default)]
+pub struct InputEnded(pub std::sync::Arc<tokio::sync::Notify>);
+
+impl PartialEq for InputEnded {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for InputEnded {}
 
 #[cfg(test)]
 mod tests {
