@@ -318,6 +318,13 @@ fn run_embedded_stops_when_its_piped_input_ends_once_every_message_is_handled() 
         "exits 0 at the end of its input: {status:?}\n{all}"
     );
     assert!(all.contains("standard input ended"), "{all}");
+    // The flagship example starts without a warning (a declined card's, later, is the handler's).
+    let startup: Vec<&String> = seen
+        .iter()
+        .take_while(|l| !l.contains("capture on payments.authorized"))
+        .filter(|l| l.contains(" WARN "))
+        .collect();
+    assert!(startup.is_empty(), "warned at startup: {startup:?}");
     for handled in [
         "capture on payments.authorized (delivered 1): returned Drop; sent +TERM",
         "capture on payments.authorized (delivered 2): returned Ack; sent +ACK",
