@@ -311,7 +311,8 @@ fn run_embedded_stops_when_its_piped_input_ends_once_every_message_is_handled() 
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let seen: Vec<String> = rx.try_iter().collect();
+    // Every line: the reader ends with the program's standard output.
+    let seen: Vec<String> = rx.iter().collect();
     let all = seen.join("\n");
     assert!(
         status.success(),

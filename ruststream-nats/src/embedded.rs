@@ -113,8 +113,10 @@ pub(crate) async fn start(
         if stdin {
             feed(&feeder, BufReader::new(tokio::io::stdin())).await;
             println!("[embedded] standard input ended: stopping once every message is handled");
+            // Counted only once the app consumes: a message stored before is pending nowhere.
+            ended.started.notified().await;
             until_idle(&feeder).await;
-            ended.0.notify_one();
+            ended.ended.notify_one();
         }
     });
     Ok(nats)

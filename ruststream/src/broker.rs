@@ -221,14 +221,21 @@ pub struct Embedded {
     pub input_ended: InputEnded,
 }
 
-/// What the embedded NATS notifies when its standard input has ended and nothing it published
-/// is left to handle (see [`Embedded::input_ended`]).
+/// Between `run` and the embedded NATS (see [`Embedded::input_ended`]): `run` notifies
+/// `started` once the app consumes (before that, a message stored but not yet delivered is
+/// counted nowhere); the embedded NATS notifies `ended` once its standard input has ended and
+/// nothing is left to handle.
 #[derive(Debug, Clone, Default)]
-pub struct InputEnded(pub std::sync::Arc<tokio::sync::Notify>);
+pub struct InputEnded {
+    /// Notified by `run` once the app started.
+    pub started: std::sync::Arc<tokio::sync::Notify>,
+    /// Notified by the embedded NATS once its input ended and every message was handled.
+    pub ended: std::sync::Arc<tokio::sync::Notify>,
+}
 
 impl PartialEq for InputEnded {
     fn eq(&self, other: &Self) -> bool {
-        std::sync::Arc::ptr_eq(&self.0, &other.0)
+        std::sync::Arc::ptr_eq(&self.ended, &other.ended)
     }
 }
 

@@ -248,9 +248,10 @@ where
                     None => (env, None),
                 };
                 let running = app.start(env).await?;
+                input_ended.started.notify_one();
                 tokio::select! {
                     () = super::shutdown_signal() => {}
-                    () = input_ended.0.notified() => {}
+                    () = input_ended.ended.notified() => {}
                 }
                 running.stop().await
             };
