@@ -77,7 +77,8 @@ fn app() -> impl App<State = Clients> {
     RustStream::new(AppInfo::new("payments", "0.1.0"))
         .on_startup(async move |()| Ok::<_, Infallible>(Clients::default()))
         .with_broker(NatsBroker::new("nats://localhost:4222"), |b| {
-            b.include(capture);
+            // A payment the bank keeps refusing is terminated at the fifth delivery.
+            b.include(capture).max_attempts(nonzero!(5));
             b.include(refresh);
         })
 }

@@ -228,7 +228,7 @@ fn main() -> ExitCode {
     };
     let result = match &nats {
         Nats::Server { url, own } => runtime.block_on(demo_on_server(url, own.is_some())),
-        Nats::Embedded { .. } => runtime.block_on(demo_embedded()),
+        Nats::Embedded { fast } => runtime.block_on(demo_embedded(*fast)),
     };
     drop(runtime);
     if let Nats::Server {
@@ -472,7 +472,7 @@ async fn demo_on_server(url: &str, own_server: bool) -> Result<(), String> {
             }
         }
     };
-    let created = run_demo(transport, service, counters).await?;
+    let created = run_demo(transport, service, counters, false).await?;
     if created && !own_server {
         js.delete_stream(STREAM)
             .await
@@ -483,7 +483,7 @@ async fn demo_on_server(url: &str, own_server: bool) -> Result<(), String> {
 }
 
 /// The demo on the embedded NATS.
-async fn demo_embedded() -> Result<(), String> {
+async fn demo_embedded(fast: bool) -> Result<(), String> {
     let nats = InProcessNats::new();
     let transport: Arc<dyn Transport> = Arc::new(nats.clone());
     let counters = move || {
@@ -500,16 +500,17 @@ async fn demo_embedded() -> Result<(), String> {
             })
         }
     };
-    run_demo(Arc::clone(&transport), transport, counters).await?;
+    run_demo(Arc::clone(&transport), transport, counters, fast).await?;
     Ok(())
 }
 
 /// Creates the stream, starts the service on `service`, follows the payments through
-/// `transport`, stops the service. Whether it created the stream.
+/// `transport`, stops the service (`fast`: on a paused clock). Whether it created the stream.
 async fn run_demo<C, F>(
     transport: Arc<dyn Transport>,
     service: Arc<dyn Transport>,
     counters: C,
+    fast: bool,
 ) -> Result<bool, String>
 where
     C: Fn() -> F,
@@ -578,11 +579,18 @@ where
         "  service payments (examples/payments.rs): `capture` reads {STREAM}/{CONSUMER}, `refresh` reads payments.captured"
     );
     let backoff = payments::SEED_BACKOFF;
-    println!(
-        "  note    Busy waits the seed's BACKOFF of {} s on the server, unchanged: the demo takes about {} s",
-        backoff.as_secs(),
-        backoff.as_secs()
-    );
+    if fast {
+        println!(
+            "  note    Busy waits the seed's BACKOFF of {} s, unchanged, on the paused clock: the demo takes about a second",
+            backoff.as_secs()
+        );
+    } else {
+        println!(
+            "  note    Busy waits the seed's BACKOFF of {} s on the server, unchanged: the demo takes about {} s",
+            backoff.as_secs(),
+            backoff.as_secs()
+        );
+    }
 
     let result = drive(&*transport, &mut rx, backoff, &counters).await;
     if let Some((_, server, render)) = &metrics {

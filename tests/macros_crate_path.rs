@@ -47,13 +47,13 @@ mod with_app {
     }
 }
 
-fn registration<S, M: Mount<S, ()>>(handler: M) -> RegistrationInfo {
+fn registration<S, M: Mount<S, K>, K>(handler: M) -> RegistrationInfo {
     handler.mount().info()
 }
 
 #[test]
 fn a_re_exported_runtime_is_named_with_crate() {
-    let info = registration::<Shop, _>(record);
+    let info = registration::<Shop, _, _>(record);
     assert_eq!(info.name, "record");
     assert_eq!(info.descriptor.subject, "orders.created");
     assert_eq!(Order::SUBJECT, "orders.created");

@@ -104,7 +104,7 @@ where
     handler.handle_batch(inputs, &(), &mut ctx).await
 }
 
-fn registration<S, M: Mount<S, ()>>(handler: M) -> RegistrationInfo {
+fn registration<S, M: Mount<S, K>, K>(handler: M) -> RegistrationInfo {
     handler.mount().info()
 }
 
@@ -219,11 +219,11 @@ async fn extractors_run_in_any_order_and_see_the_delivery() {
         .with_attempt(NonZeroU32::new(3).unwrap());
 
     assert_eq!(
-        call(&state_first, &order, &d, &shop, &publisher).await,
+        call(&state_first {}, &order, &d, &shop, &publisher).await,
         Ok(())
     );
     assert_eq!(
-        call(&state_last, &order, &d, &shop, &publisher).await,
+        call(&state_last {}, &order, &d, &shop, &publisher).await,
         Ok(())
     );
     assert_eq!(
@@ -237,7 +237,7 @@ async fn a_core_delivery_has_no_server_count_and_is_the_first_attempt() {
     let shop = Shop::new();
     let order = Order { id: 1 };
     let d = delivery("orders.us", &order);
-    call(&state_first, &order, &d, &shop, &Recorder::default())
+    call(&state_first {}, &order, &d, &shop, &Recorder::default())
         .await
         .unwrap();
     assert_eq!(shop.seen.take(), ["1 1 orders.us None test"]);
@@ -261,7 +261,7 @@ async fn state_gives_the_whole_state_or_a_field_through_from_ref() {
     let order = Order { id: 2 };
     let d = delivery("orders.created", &order);
     assert_eq!(
-        call(&whole_and_parts, &order, &d, &shop, &Recorder::default()).await,
+        call(&whole_and_parts {}, &order, &d, &shop, &Recorder::default()).await,
         Ok(())
     );
     assert_eq!(shop.seen.take(), ["2 eu"]);
@@ -278,7 +278,7 @@ async fn the_runtime_hands_the_state_as_its_type_and_a_direct_call_looks_it_up()
     // up in the context (whose state here is of another type).
     let mut ctx = Context::new(&d, &(), &publisher, "test");
     let outcome = Handle::<Order, (), Shop>::handle_with_state(
-        &whole_and_parts,
+        &whole_and_parts {},
         &order,
         &(),
         &shop,
@@ -290,14 +290,15 @@ async fn the_runtime_hands_the_state_as_its_type_and_a_direct_call_looks_it_up()
 
     // A direct `handle` looks the state up by type in the context: found, the same result...
     assert_eq!(
-        call(&whole_and_parts, &order, &d, &shop, &publisher).await,
+        call(&whole_and_parts {}, &order, &d, &shop, &publisher).await,
         Ok(())
     );
     assert_eq!(shop.seen.take(), ["3 eu"]);
 
     // ...and on a context holding another type, the delivery is retried without the handler.
     let mut ctx = Context::new(&d, &(), &publisher, "test");
-    let outcome = Handle::<Order, (), Shop>::handle(&whole_and_parts, &order, &(), &mut ctx).await;
+    let outcome =
+        Handle::<Order, (), Shop>::handle(&whole_and_parts {}, &order, &(), &mut ctx).await;
     assert_eq!(outcome, Err(HandlerOutcome::retry()));
     assert!(shop.seen.take().is_empty());
 }
@@ -322,11 +323,11 @@ async fn a_custom_extractor_runs_and_its_rejection_settles_without_the_handler()
     let publisher = Recorder::default();
 
     assert_eq!(
-        call(&tenanted, &order, &with, &shop, &publisher).await,
+        call(&tenanted {}, &order, &with, &shop, &publisher).await,
         Ok(())
     );
     assert_eq!(
-        call(&tenanted, &order, &without, &shop, &publisher).await,
+        call(&tenanted {}, &order, &without, &shop, &publisher).await,
         Err(HandlerOutcome::drop())
     );
     assert_eq!(shop.seen.take(), ["3 for acme"], "the handler ran once");
@@ -348,11 +349,11 @@ async fn a_shared_context_parameter_reads_the_delivery() {
     let low = delivery("orders.created", &order);
     let r = Recorder::default();
     assert_eq!(
-        call(&reads_the_context, &order, &high, &(), &r).await,
+        call(&reads_the_context {}, &order, &high, &(), &r).await,
         Ok(())
     );
     assert_eq!(
-        call(&reads_the_context, &order, &low, &(), &r).await,
+        call(&reads_the_context {}, &order, &low, &(), &r).await,
         Err(HandlerOutcome::retry_after(Duration::from_secs(1)))
     );
 }
@@ -379,7 +380,11 @@ async fn an_outcome_is_ok_when_it_acknowledges_and_err_otherwise() {
     ] {
         let order = Order { id };
         let d = delivery("orders.created", &order);
-        assert_eq!(call(&by_id, &order, &d, &(), &r).await, expected, "id {id}");
+        assert_eq!(
+            call(&by_id {}, &order, &d, &(), &r).await,
+            expected,
+            "id {id}"
+        );
     }
 }
 
@@ -398,7 +403,7 @@ async fn confirm(order: &Order, ctx: &mut Context<'_>) -> Result<Confirmed, Hand
 async fn confirm_order(id: u64, publisher: &Recorder) -> Result<(), HandlerOutcome> {
     let order = Order { id };
     let d = delivery("orders.created", &order);
-    call(&confirm, &order, &d, &(), publisher).await
+    call(&confirm {}, &order, &d, &(), publisher).await
 }
 
 #[tokio::test]
@@ -465,11 +470,11 @@ async fn a_batch_settles_each_message_or_all_of_them() {
     let r = Recorder::default();
 
     assert_eq!(
-        call_batch(&each, &orders, &deliveries, &shop, &r).await,
+        call_batch(&each {}, &orders, &deliveries, &shop, &r).await,
         BatchOutcome::Each(vec![HandlerOutcome::retry(), HandlerOutcome::ack()])
     );
     assert_eq!(
-        call_batch(&all, &orders, &deliveries, &shop, &r).await,
+        call_batch(&all {}, &orders, &deliveries, &shop, &r).await,
         BatchOutcome::All(HandlerOutcome::ack())
     );
     assert_eq!(shop.seen.take(), ["2 orders"]);
@@ -490,32 +495,38 @@ mod nested {
 
 #[test]
 fn a_registration_is_named_after_the_function_and_reads_its_descriptor() {
-    let info = registration::<(), _>(by_id);
+    let info = registration::<(), _, _>(by_id);
     assert_eq!(info.name, "by_id");
     assert_eq!(info.descriptor.subject, "orders.created");
     assert_eq!(info.descriptor.model, DeliveryModel::Core);
     assert!(!info.batch);
     assert!(info.publishes.is_empty());
 
-    let info = registration::<(), _>(confirm);
+    let info = registration::<(), _, _>(confirm);
     assert_eq!(info.name, "confirm");
     assert_eq!(info.descriptor.model, DeliveryModel::JetStream);
     assert_eq!(info.descriptor.stream.as_deref(), Some("ORDERS"));
     assert_eq!(info.descriptor.consumer.as_deref(), Some("confirm"));
     assert_eq!(info.publishes, ["orders.confirmed"]);
 
-    let info = registration::<Shop, _>(all);
+    let info = registration::<Shop, _, _>(all);
     assert!(info.batch);
     assert_eq!(info.descriptor.consumer, None);
 
-    assert_eq!(registration::<(), _>(nested::r#match).name, "match");
+    assert_eq!(registration::<(), _, _>(nested::r#match).name, "match");
 }
 
 #[test]
-fn the_handler_value_is_a_plain_copyable_unit_struct() {
-    let copy = by_id;
+fn the_handler_value_is_a_plain_copyable_struct_and_its_name_a_function() {
+    let value = by_id {};
+    let copy = value;
     let _default: by_id = Default::default();
-    assert_eq!(format!("{copy:?}"), "by_id");
+    assert_eq!(format!("{value:?} {copy:?}"), "by_id by_id");
+    // The name in the value namespace is a function (which bindings may shadow), and copyable.
+    let mount = by_id;
+    let again = mount;
+    assert_eq!(registration::<(), _, _>(mount).name, "by_id");
+    assert_eq!(registration::<(), _, _>(again).name, "by_id");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -724,7 +735,7 @@ async fn the_payments_capture_replies_through_the_bank_in_the_state() {
         };
         let d = delivery("payments.authorized", &payment).with_delivered(Some(1));
         assert_eq!(
-            call(&capture, &payment, &d, &clients, &r).await,
+            call(&capture {}, &payment, &d, &clients, &r).await,
             expected,
             "card {card}"
         );

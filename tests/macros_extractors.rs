@@ -32,11 +32,11 @@ async fn record(order: &Order, tenant: Tenant) -> HandlerOutcome {
     HandlerOutcome::ack()
 }
 
-fn registration<S, M: Mount<S, ()>>(handler: M) -> RegistrationInfo {
+fn registration<S, M: Mount<S, K>, K>(handler: M) -> RegistrationInfo {
     handler.mount().info()
 }
 
 #[test]
 fn an_aliased_standard_type_is_an_extractor_where_the_crate_made_it_one() {
-    assert_eq!(registration::<Shop, _>(record).name, "record");
+    assert_eq!(registration::<Shop, _, _>(record).name, "record");
 }

@@ -1,7 +1,8 @@
 //! The operations settings of the generated `main`, run as an operator runs it, on the
 //! unchanged `examples/payments.rs`: `--help` lists them, a bad value names its setting, and
 //! `run --metrics-addr` with JSON logs serves metrics and health a real HTTP client scrapes,
-//! while every log line is a JSON object and a handler's events name their delivery.
+//! while every log line is a JSON object and a handler's events name their delivery; `run
+//! --embedded` stops when its piped input ends.
 //!
 //! Each case runs this test binary again as the app's program (the test `as_the_app`), as
 //! `firstrun_cli.rs` does.
@@ -274,4 +275,65 @@ fn asyncapi_prints_the_document_as_json_and_as_yaml() {
     assert!(yaml.contains("asyncapi: 3.0.0"), "{yaml}");
     let from_yaml: serde_json::Value = serde_norway::from_str(&yaml).expect("YAML");
     assert_eq!(from_yaml, doc);
+}
+
+#[test]
+fn run_embedded_stops_when_its_piped_input_ends_once_every_message_is_handled() {
+    let mut child = payments(["run", "--embedded"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the example starts");
+    let rx = lines(&mut child);
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().expect("stdin");
+        // A payment acknowledged (its capture then handled), one dropped, one retried once.
+        writeln!(
+            stdin,
+            "publish payments.authorized {{\"id\": 1, \"card\": \"visa\", \"amount_cents\": 100}}\n\
+             publish payments.authorized {{\"id\": 2, \"card\": \"declined\", \"amount_cents\": 5}}\n\
+             publish payments.authorized {{\"id\": 3, \"card\": \"flaky\", \"amount_cents\": 7}}"
+        )
+        .expect("stdin takes the script");
+    } // Dropped: standard input ends.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the program's status") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let seen: Vec<String> = rx.try_iter().collect();
+            panic!("still running after its input ended:\n{}", seen.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Every line: the reader ends with the program's standard output.
+    let seen: Vec<String> = rx.iter().collect();
+    let all = seen.join("\n");
+    assert!(
+        status.success(),
+        "exits 0 at the end of its input: {status:?}\n{all}"
+    );
+    assert!(all.contains("standard input ended"), "{all}");
+    // The flagship example starts without a warning (a declined card's, later, is the handler's).
+    let startup: Vec<&String> = seen
+        .iter()
+        .take_while(|l| !l.contains("capture on payments.authorized"))
+        .filter(|l| l.contains(" WARN "))
+        .collect();
+    assert!(startup.is_empty(), "warned at startup: {startup:?}");
+    for handled in [
+        "capture on payments.authorized (delivered 1): returned Drop; sent +TERM",
+        "capture on payments.authorized (delivered 2): returned Ack; sent +ACK",
+        "refresh on payments.captured: returned Ack",
+    ] {
+        assert!(
+            all.contains(handled),
+            "handled before the exit: `{handled}`\n{all}"
+        );
+    }
 }

@@ -198,6 +198,58 @@ async fn the_metrics_count_exactly_what_the_handlers_said() {
 }
 
 #[tokio::test]
+async fn the_connected_gauge_names_the_url_the_app_connected_to_without_credentials() {
+    eprintln!("running against {}", NatsServer::version());
+    let (server, client) = live_server().await;
+    let (health, ops) = operations().await;
+    let addr = ops.local_addr();
+    // The code names a port nothing listens on; `NATS_URL` (as `run` reads it) names the server,
+    // with credentials the server (which asks for none) ignores.
+    let given = server
+        .url()
+        .replacen("nats://", "nats://alice:s3cret-9f@", 1);
+    let env = ruststream::Env::new()
+        .with(health.clone())
+        .with(ruststream::broker::BrokerUrl {
+            url: given,
+            from: "NATS_URL",
+        });
+    let handler = Scripted::always(HandlerOutcome::retry());
+    let running = start_with(NatsBroker::new("nats://127.0.0.1:1"), env, |b| {
+        b.include(CoreSubject::new("gauge.orders").handler(handler.clone()))
+            .name("ops_gauge")
+            .max_attempts(attempts(2));
+    })
+    .await
+    .expect("the app starts on the URL from NATS_URL");
+    publish_core(&client, "gauge.orders", &[], &order(1)).await;
+    eventually(PATIENCE, "the handler ran", || {
+        let seen = handler.seen().len();
+        async move { (seen > 0).then_some(()) }
+    })
+    .await;
+    let body = get(addr, "/metrics").await.1;
+    let connected: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("ruststream_connected{"))
+        .collect();
+    assert!(!body.contains("s3cret-9f"), "{body}");
+    assert!(
+        !body.contains("127.0.0.1:1\""),
+        "the code's URL: {connected:?}"
+    );
+    assert_eq!(
+        samples(&body).get(&format!(
+            r#"ruststream_connected{{broker="{}"}}"#,
+            server.url()
+        )),
+        Some(&1.0),
+        "{connected:?}"
+    );
+    running.stop().await.expect("the app stops");
+}
+
+#[tokio::test]
 async fn readiness_is_false_while_the_link_is_cut() {
     eprintln!("running against {}", NatsServer::version());
     let (server, _client, _js) = jetstream_server().await;

@@ -57,6 +57,52 @@ async fn an_undecodable_payload_is_quoted_when_the_broker_opts_in() {
     assert!(line.contains(card), "{line}");
 }
 
+/// A payload without one of the type's fields: `qty`, named by the type, not by the payload.
+#[derive(Debug, serde::Deserialize)]
+#[allow(dead_code)]
+struct Line {
+    sku: String,
+    qty: u32,
+}
+
+#[ruststream_nats::prelude::subscriber("lines.added")]
+async fn line_added(line: &Line) -> HandlerOutcome {
+    let _ = line;
+    HandlerOutcome::ack()
+}
+
+#[tokio::test]
+async fn an_undecodable_payload_names_the_missing_field_but_not_the_values() {
+    let captured = capture();
+    let (server, client) = live_server().await;
+    let app = start(NatsBroker::new(server.url()), |b| {
+        b.include(line_added);
+    })
+    .await
+    .expect("the app starts");
+    let secret = "SKU-4111-1111-1111-1111";
+    publish_core(
+        &client,
+        "lines.added",
+        &[],
+        &format!(r#"{{"sku":"{secret}"}}"#),
+    )
+    .await;
+    let lines = eventually(PATIENCE, "the undecodable payload logged", || {
+        let lines = captured.lines_with(&["WARN", "subject=\"lines.added\"", "does not decode"]);
+        async move { (!lines.is_empty()).then_some(lines) }
+    })
+    .await;
+    app.stop().await.expect("the app stops");
+    let line = &lines[0];
+    assert!(
+        line.contains("missing field `qty`"),
+        "names the field: {line}"
+    );
+    assert!(!line.contains(secret), "{line}");
+    assert!(!line.contains("SKU"), "{line}");
+}
+
 #[tokio::test]
 async fn a_dead_letter_no_stream_stores_is_warned_about_at_startup() {
     let captured = capture();

@@ -91,7 +91,7 @@ fn app(broker: NatsBroker) -> impl ruststream::App<State = ()> {
         b.include(
             JetStreamSubject::new("orders.dropped", "ORDERS")
                 .durable("dropped")
-                .handler(book),
+                .handler(book {}),
         )
         .name("book_dropped")
         .dead_letter("dead.dropped")
@@ -99,7 +99,7 @@ fn app(broker: NatsBroker) -> impl ruststream::App<State = ()> {
         b.include(
             JetStreamSubject::new("orders.later", "ORDERS")
                 .durable("later")
-                .handler(book),
+                .handler(book {}),
         )
         .name("book_later")
         .on_error(OnFailure::RetryAfter(Duration::from_secs(3600)));

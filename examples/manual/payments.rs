@@ -101,7 +101,8 @@ fn app() -> impl App<State = Clients> {
                     .ack_wait(NonZeroDuration::from_secs(nonzero!(60)))
                     .handler(Capture),
             )
-            .name("capture");
+            .name("capture")
+            .max_attempts(nonzero!(5));
             b.include(CoreSubject::new("payments.captured").handler(Refresh))
                 .name("refresh");
         })

@@ -105,15 +105,39 @@ pub(crate) async fn start(
     }
     let feeder = nats.clone();
     let stdin = embedded.stdin;
+    let ended = embedded.input_ended.clone();
     tokio::spawn(async move {
         if let Some(seed) = seed {
             feed(&feeder, BufReader::new(seed.as_bytes())).await;
         }
         if stdin {
             feed(&feeder, BufReader::new(tokio::io::stdin())).await;
+            println!("[embedded] standard input ended: stopping once every message is handled");
+            // Counted only once the app consumes: a message stored before is pending nowhere.
+            ended.started.notified().await;
+            until_idle(&feeder).await;
+            ended.ended.notify_one();
         }
     });
     Ok(nats)
+}
+
+/// Returns once nothing is left to handle: no message in flight or pending for a consumer, and
+/// no timer (an ack wait, a `retry_after` delay) that would deliver one again.
+async fn until_idle(nats: &InProcessNats) {
+    let busy = |nats: &InProcessNats| {
+        nats.in_flight() > 0
+            || nats.next_deadline().is_some()
+            || nats.stream_names().iter().any(|stream| {
+                nats.consumer_names(stream).iter().any(|consumer| {
+                    nats.consumer_info(stream, consumer)
+                        .is_some_and(|c| c.pending > 0 || c.ack_pending > 0)
+                })
+            })
+    };
+    while busy(nats) {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// Publishes every `publish SUBJECT JSON` line of `input`, saying what became of each.

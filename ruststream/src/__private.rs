@@ -91,7 +91,7 @@ impl<T: Send + 'static> crate::extract::Key for NotAKey<T> {
     }
 }
 
-pub use crate::registration::SubscriberFn;
+pub use crate::registration::{SubscriberFn, SubscriberName};
 
 /// `<K as KeyChecked<{ is_key::<<K as Key>::Value>() }>>::Key`, which a `#[subscriber]` writes
 /// for every `Ctx<K>` it takes, is `K` for a key. For a type that is no key, the compiler

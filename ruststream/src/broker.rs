@@ -216,7 +216,30 @@ pub struct Embedded {
     pub seed: Option<std::path::PathBuf>,
     /// Whether to read more `publish SUBJECT JSON` lines from standard input.
     pub stdin: bool,
+    /// Notified once standard input ended and what it published was handled: `run` then stops,
+    /// so that a piped script ends the program.
+    pub input_ended: InputEnded,
 }
+
+/// Between `run` and the embedded NATS (see [`Embedded::input_ended`]): `run` notifies
+/// `started` once the app consumes (before that, a message stored but not yet delivered is
+/// counted nowhere); the embedded NATS notifies `ended` once its standard input has ended and
+/// nothing is left to handle.
+#[derive(Debug, Clone, Default)]
+pub struct InputEnded {
+    /// Notified by `run` once the app started.
+    pub started: std::sync::Arc<tokio::sync::Notify>,
+    /// Notified by the embedded NATS once its input ended and every message was handled.
+    pub ended: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl PartialEq for InputEnded {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.ended, &other.ended)
+    }
+}
+
+impl Eq for InputEnded {}
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,4 @@
-//! The code a checked `#[subscriber]` becomes: a struct and a `static` named after the function,
+//! The code a checked `#[subscriber]` becomes: a struct and a function named after the handler,
 //! its `Handle` (or `HandleBatch`) impl wrapping the function, and its `SubscriberFn` impl (which
 //! makes it a `Mount`).
 //!
@@ -109,6 +109,7 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
         where
             #(#extractor_bounds,)*
         {
+            type Name = ::ruststream::__private::SubscriberName;
             fn mount(self) -> ::ruststream::Registration<__S> {
                 #register_call(#descriptor, self, #registration)#answers
             }
@@ -387,21 +388,23 @@ fn inner_fn(h: &Handler) -> TokenStream {
 }
 
 /// The handler value that carries the function's name, visibility and docs: a field-less struct
-/// (in the type namespace) and a `static` of it (in the value namespace).
+/// (in the type namespace) and a function returning it (in the value namespace), which
+/// `b.include(name)` mounts through `Mount`'s impl for such functions.
 ///
-/// Not a unit struct: a unit struct's name is a pattern, so `let capture = ..;` anywhere in the
-/// module would silently match against the handler instead of binding a variable. A `static`
-/// cannot be shadowed by a binding, so that `let` is an error that names the handler ("let
-/// bindings cannot shadow statics", pointing at the function).
+/// A function because a binding may shadow one: a parameter or `let` named like the handler
+/// elsewhere in the module stays a variable. A `static` would refuse it ("cannot shadow
+/// statics"), and a unit struct would turn it into a pattern matched against the handler.
 fn value_struct(h: &Handler) -> TokenStream {
     let name = &h.item.sig.ident;
     let vis = &h.item.vis;
     let docs: Vec<_> = h.docs().collect();
     let cfgs: Vec<_> = h.cfgs().collect();
-    // Spanned at the function's name: "the static `capture` is defined here" points there.
+    // Spanned at the function's name, where errors about the value point.
     let value = quote_spanned! {name.span()=>
-        #[allow(non_upper_case_globals)]
-        #vis static #name: #name = #name {};
+        #[allow(dead_code)]
+        #vis fn #name(_: ::ruststream::__private::SubscriberName) -> #name {
+            #name {}
+        }
     };
     quote! {
         #(#docs)*
@@ -462,6 +465,7 @@ pub fn fallback(h: &Handler, errors: syn::Error) -> TokenStream {
         #(#cfgs)*
         #[automatically_derived]
         impl<__S> ::ruststream::__private::SubscriberFn<__S> for #name {
+            type Name = ::ruststream::__private::SubscriberName;
             fn mount(self) -> ::ruststream::Registration<__S> {
                 ::core::unreachable!("`#[subscriber]` reported an error at compile time")
             }

@@ -12,6 +12,15 @@ use crate::settings;
 use crate::transport::nats::NatsTransport;
 
 impl NatsBroker {
+    /// The servers the app connects to, without credentials, and where the URL came from:
+    /// `--url` or `NATS_URL` when `env` gives one, else the code's.
+    pub(super) fn address(&self, env: &Env) -> (String, &'static str) {
+        match settings::given(env) {
+            Some((split, from)) => (split.servers.join(","), from),
+            None => (self.url.clone(), "the app's code"),
+        }
+    }
+
     /// Connects to the server at the URL `env` gives (`--url`, `NATS_URL`), else the one in the
     /// code. async-nats is given the servers without credentials, and the credentials as
     /// options: an outside URL's credentials replace the code's, its servers without any keep

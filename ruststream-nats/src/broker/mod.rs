@@ -29,7 +29,6 @@ use crate::executor::Executor;
 use crate::options::{Auth, ConnectionOptions, split_credentials};
 use crate::publish::NatsPublisher;
 use crate::running::RunningNatsBroker;
-use crate::settings;
 use crate::source::{Progress, Reopen, Source};
 use crate::supervise::{Kind, Supervisor};
 use crate::transport::{
@@ -255,12 +254,9 @@ impl Broker for NatsBroker {
         env: &'a Env,
     ) -> BoxFuture<'a, Result<Vec<String>, Error>> {
         Box::pin(async move {
-            let events = Arc::new(Events::new(self.url.clone()));
+            let (address, from) = self.address(env);
+            let events = Arc::new(Events::new(address.clone()));
             let transport = self.connect(env, events).await?;
-            let (address, from) = match settings::given(env) {
-                Some((split, from)) => (split.servers.join(","), from),
-                None => (self.url.clone(), "the app's code"),
-            };
             let version = transport.client().server_info().version;
             let mut done = vec![format!(
                 "connected to nats-server {version} at {address} (URL from {from})"
@@ -276,8 +272,10 @@ impl Broker for NatsBroker {
         env: Env,
     ) -> BoxFuture<'static, Result<Box<dyn RunningBroker>, Error>> {
         Box::pin(async move {
+            // The address the app connects to (`--url`, `NATS_URL` or the code's), without
+            // credentials: what the `ruststream_connected` gauge and the connection logs name.
             let events = Arc::new(
-                Events::new(self.url.clone())
+                Events::new(self.address(&env).0)
                     .with_health(env.get::<ruststream::telemetry::Health>().cloned()),
             );
             for endpoint in &endpoints {

@@ -226,7 +226,7 @@ async fn a_core_retry_below_the_cap_is_a_copy_with_its_count() {
 }
 
 #[test]
-fn a_decode_error_keeps_its_kind_and_position_only() {
+fn a_decode_error_keeps_its_kind_field_name_and_position_only() {
     let shape = |m: &str| decode_error_shape(m);
     assert_eq!(
         shape(
@@ -248,6 +248,22 @@ fn a_decode_error_keeps_its_kind_and_position_only() {
     );
     assert_eq!(
         shape("the payload does not decode as T: missing field `id` at line 1 column 2"),
+        "the payload does not decode as T: missing field `id` (at line 1 column 2)"
+    );
+    assert_eq!(
+        shape("the payload does not decode as T: duplicate field `qty` at line 1 column 9"),
+        "the payload does not decode as T: duplicate field `qty` (at line 1 column 9)"
+    );
+    // An unknown field's name comes from the payload, and a quoted name that is no plain
+    // identifier is not kept.
+    assert_eq!(
+        shape(
+            "the payload does not decode as T: unknown field `4111 1111`, expected `id` at line 1 column 9"
+        ),
+        "the payload does not decode as T: unknown field (at line 1 column 9)"
+    );
+    assert_eq!(
+        shape("the payload does not decode as T: missing field `a b` at line 1 column 2"),
         "the payload does not decode as T: missing field (at line 1 column 2)"
     );
     assert_eq!(shape("\"secret\""), "malformed payload");

@@ -13,17 +13,14 @@
 //! | metrics and health | `run --metrics-addr HOST:PORT` | `RUSTSTREAM_METRICS_ADDR` | not served |
 //! | drain timeout | `run --drain-timeout SECONDS` | `RUSTSTREAM_DRAIN_TIMEOUT` | the app's `.drain_timeout(..)`, 30 s |
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
-use crate::app::{App, Handling, Observer};
-use crate::broker::{BrokerUrl, Embedded, Env};
-use crate::handled::Handled;
-use crate::settle::Settle;
+use crate::app::App;
+use crate::broker::{BrokerUrl, Embedded, Env, InputEnded};
 
 pub use super::describe::{describe, describe_json};
 
@@ -206,6 +203,8 @@ where
         Command::Run(args) => {
             install_tracing_as(log_format);
             let embedded = args.embedded || env_flag(EMBEDDED_ENV);
+            // Notified by the embedded NATS only, once its standard input ended.
+            let input_ended = InputEnded::default();
             let env = if embedded {
                 if args.url.url.is_some() {
                     return fail(
@@ -216,8 +215,9 @@ where
                     .with(Embedded {
                         seed: args.seed,
                         stdin: true,
+                        input_ended: input_ended.clone(),
                     })
-                    .with_observer(Arc::new(PrintHandled))
+                    .with_observer(Arc::new(super::print_handled::PrintHandled))
             } else {
                 if args.seed.is_some() {
                     return fail("`--seed FILE` publishes to the embedded NATS: add `--embedded`");
@@ -248,7 +248,11 @@ where
                     None => (env, None),
                 };
                 let running = app.start(env).await?;
-                super::shutdown_signal().await;
+                input_ended.started.notify_one();
+                tokio::select! {
+                    () = super::shutdown_signal() => {}
+                    () = input_ended.ended.notified() => {}
+                }
                 running.stop().await
             };
             match runtime.block_on(run) {
@@ -400,44 +404,6 @@ pub enum LogFormat {
     Human,
     /// One JSON object a line, with the current span and its parents.
     Json,
-}
-
-/// Prints what each handler did, for `run --embedded`.
-struct PrintHandled;
-
-impl Observer for PrintHandled {
-    fn handled(&self, handling: &Handling<'_>) {
-        println!("{}", handled_line(handling));
-    }
-}
-
-/// One line saying what a handler did with a delivery and what the runtime sent.
-fn handled_line(handling: &Handling<'_>) -> String {
-    let delivery = handling.delivery;
-    let count = delivery
-        .delivered()
-        .map_or_else(String::new, |d| format!(" (delivered {d})"));
-    let said = match handling.handled {
-        Handled::Outcome(outcome) => format!("returned {outcome:?}"),
-        Handled::Undecodable(error) => format!("did not run: the payload does not decode: {error}"),
-        other => format!("{other:?}"),
-    };
-    let decision = handling.decision;
-    let mut sent = match decision.settle {
-        Settle::Send(kind) => format!("sent {kind}"),
-        Settle::Unsupported(_) | Settle::Nothing => "nothing to acknowledge".to_owned(),
-    };
-    if decision.dead_letter {
-        sent.push_str(", dead-lettered");
-    }
-    if let Some(copy) = &decision.copy {
-        let _ = write!(sent, ", retry copy {}", copy.retry_count);
-    }
-    format!(
-        "[embedded] {registration} on {subject}{count}: {said}; {sent}",
-        registration = handling.registration,
-        subject = delivery.subject(),
-    )
 }
 
 /// Installs a `tracing` subscriber reading `RUST_LOG`, `info` when unset. Does nothing when one

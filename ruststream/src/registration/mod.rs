@@ -38,7 +38,9 @@ pub use self::endpoint::Endpoint;
 pub use self::info::{RegistrationInfo, policy_notes};
 pub use self::inline::InlineHandler;
 pub use self::lane_key::LaneKey;
-pub use self::mount::{BatchMarker, Is, Mount, SingleMarker, SubscriberFn, WithHandler};
+pub use self::mount::{
+    BatchMarker, FnMarker, Is, Mount, SingleMarker, SubscriberFn, SubscriberName, WithHandler,
+};
 pub use self::policy::{OnFailure, Policy};
 pub use self::schemas::{SchemaFn, Schemas, declared_schema, schema_of};
 pub use self::traced::traced_schema;

@@ -54,14 +54,48 @@ pub trait Mount<S, Marker>: Sized {
 /// The extractors' bounds sit on the generated impl of this trait, not on a `Mount` impl: when
 /// one fails at `b.include(..)`, the compiler then has no `Mount` impl of the handler to show
 /// as "implemented for" it, and the error stays the extractor's (see `tests/ui`).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a `#[subscriber]` handler",
+    label = "its argument is not a subscriber of this app",
+    note = "mount an `async fn` marked `#[subscriber(..)]`, or a descriptor with a handler: `CoreSubject::new(\"subject\").handler(MyHandler)`"
+)]
 pub trait SubscriberFn<S>: Sized {
+    /// What the function named after the handler takes: [`SubscriberName`].
+    type Name: From<SubscriberName>;
+
+    /// The argument to call that function with.
+    fn name() -> Self::Name {
+        Self::Name::from(SubscriberName(()))
+    }
+
     /// The registration.
     fn mount(self) -> Registration<S>;
 }
 
-impl<S, H: SubscriberFn<S>> Mount<S, ()> for H {
+/// The argument of the function `#[subscriber]` leaves in the value namespace under the
+/// handler's name: `b.include(capture)` passes that function, and only this crate can call it.
+///
+/// A function, not a `static` or a unit struct, because a binding may shadow a function: a
+/// parameter or `let` named like a handler elsewhere in the module stays a plain variable.
+#[derive(Debug)]
+pub struct SubscriberName(());
+
+/// Marks the mount of a function: `Arg` is what it takes, [`SubscriberName`] for the function
+/// `#[subscriber]` leaves under the handler's name.
+///
+/// Generic over the argument, rather than a bound `FnOnce(SubscriberName)`: a plain `async fn`
+/// passed to `include` then fails on its value not being a subscriber, with the note below, not
+/// as a function whose arguments do not match.
+#[doc(hidden)]
+pub struct FnMarker<Arg>(PhantomData<fn(Arg)>);
+
+impl<S, F, Arg, H> Mount<S, FnMarker<Arg>> for F
+where
+    F: FnOnce(Arg) -> H,
+    H: SubscriberFn<S, Name = Arg>,
+{
     fn mount(self) -> Registration<S> {
-        SubscriberFn::mount(self)
+        SubscriberFn::mount(self(H::name()))
     }
 }
 
