@@ -64,24 +64,42 @@ fn acknowledged(id: u64) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_does_not_spend_an_attempt_of_what_it_received() {
+    stop_and_start_again("edges", 2, false).await;
+}
+
+/// The same with `.by_key(..)` lanes: the deliveries waiting behind a running one of their key
+/// (and those the pull held) are run in their lanes during the drain, not released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_runs_what_waits_in_a_lane() {
+    stop_and_start_again("laned", 4, true).await;
+}
+
+/// 60 stored orders under `max_attempts(1)` without a dead letter, on consumer `consumer` with
+/// `concurrency` handlers (in `.by_key(..)` lanes when `lanes`): one instance is stopped with
+/// most of them pulled and not started, a second one takes over. Every order's handler ran, and
+/// the server saw one delivery per order, settled as its handler's answer calls for.
+async fn stop_and_start_again(consumer: &'static str, concurrency: usize, lanes: bool) {
     const N: u64 = 60;
-    const CONSUMER: &str = "edges";
     println!("running against {}", NatsServer::version());
     let (server, client, js) = jetstream_server().await;
-    let wire = Recorder::start(&client, [format!("$JS.ACK.{STREAM}.{CONSUMER}.>")]).await;
+    let wire = Recorder::start(&client, [format!("$JS.ACK.{STREAM}.{consumer}.>")]).await;
     for id in 1..=N {
         publish_stored(&js, "orders.created", order(id)).await;
     }
 
     let handler = Scripted::new(|seen| answer(seen.id)).slow(Duration::from_millis(20));
     let mount = |b: &mut ruststream::Scope<()>| {
-        b.include(
+        let registration = b.include(
             JetStreamSubject::new("orders.created", STREAM)
-                .durable(CONSUMER)
+                .durable(consumer)
                 .handler(handler.clone()),
-        )
-        .max_attempts(attempts(1))
-        .concurrency(NonZeroUsize::new(2).expect("not zero"));
+        );
+        registration
+            .max_attempts(attempts(1))
+            .concurrency(NonZeroUsize::new(concurrency).expect("not zero"));
+        if lanes {
+            registration.by_key(|order: &support::nats::Order| order.id % 3);
+        }
     };
     let first = start(NatsBroker::new(server.url()), mount)
         .await
@@ -94,7 +112,7 @@ async fn a_graceful_stop_does_not_spend_an_attempt_of_what_it_received() {
     let second = start(NatsBroker::new(server.url()), mount)
         .await
         .expect("the second instance starts");
-    let info = until_settled(&js, CONSUMER, N, "every order settled").await;
+    let info = until_settled(&js, consumer, N, "every order settled").await;
     second.stop().await.expect("a drained stop");
 
     // The handler ran for every order, each once (a retry at the cap is not delivered again).
@@ -114,7 +132,7 @@ async fn a_graceful_stop_does_not_spend_an_attempt_of_what_it_received() {
     );
     assert_eq!(info.delivered.consumer_sequence, N, "{info:?}");
     let settled = eventually(PATIENCE, "a settlement per order on the wire", || {
-        let all = settlements(&wire, CONSUMER);
+        let all = settlements(&wire, consumer);
         async move { (all.len() as u64 >= N).then_some(all) }
     })
     .await;
@@ -298,61 +316,5 @@ async fn a_bounded_core_subscription_reports_its_drops_and_leaves_the_pull_alone
         dropped + handled,
         CORE,
         "dropped {dropped} + handled {handled} != {CORE}"
-    );
-}
-
-/// The same with `.by_key(..)` lanes: the deliveries waiting behind a running one of their key
-/// (and those the pull held) are run in their lanes during the drain, not released.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_stop_runs_what_waits_in_a_lane() {
-    const N: u64 = 60;
-    const CONSUMER: &str = "laned";
-    println!("running against {}", NatsServer::version());
-    let (server, client, js) = jetstream_server().await;
-    let wire = Recorder::start(&client, [format!("$JS.ACK.{STREAM}.{CONSUMER}.>")]).await;
-    for id in 1..=N {
-        publish_stored(&js, "orders.created", order(id)).await;
-    }
-
-    let handler = Scripted::new(|seen| answer(seen.id)).slow(Duration::from_millis(20));
-    let mount = |b: &mut ruststream::Scope<()>| {
-        b.include(
-            JetStreamSubject::new("orders.created", STREAM)
-                .durable(CONSUMER)
-                .handler(handler.clone()),
-        )
-        .max_attempts(attempts(1))
-        .concurrency(NonZeroUsize::new(4).expect("not zero"))
-        .by_key(|order: &support::nats::Order| order.id % 3);
-    };
-    let first = start(NatsBroker::new(server.url()), mount)
-        .await
-        .expect("the first instance starts");
-    handler.until_seen(10).await;
-    first.stop().await.expect("a drained stop");
-
-    let second = start(NatsBroker::new(server.url()), mount)
-        .await
-        .expect("the second instance starts");
-    let info = until_settled(&js, CONSUMER, N, "every order settled").await;
-    second.stop().await.expect("a drained stop");
-
-    let ids: BTreeSet<u64> = handler.seen().iter().map(|s| s.id).collect();
-    assert_eq!(ids, (1..=N).collect(), "the handler ran for every order");
-    assert_eq!(info.num_redelivered, 0, "{info:?}");
-    assert_eq!(
-        info.delivered.consumer_sequence, N,
-        "no order delivered twice: {info:?}"
-    );
-    let settled = eventually(PATIENCE, "a settlement per order on the wire", || {
-        let all = settlements(&wire, CONSUMER);
-        async move { (all.len() as u64 >= N).then_some(all) }
-    })
-    .await;
-    assert!(
-        settled
-            .iter()
-            .all(|(_, delivered, payload)| *delivered == 1 && !payload.starts_with("-NAK")),
-        "every order settled at its first delivery, nothing released: {settled:?}"
     );
 }
