@@ -315,7 +315,7 @@ pub fn fill_subject(
         tokens.push(value);
     }
     let subject = tokens.join(".");
-    crate::context::refuse_filled_reserved(template, &subject)?;
+    crate::reserved::refuse_filled_reserved(template, &subject)?;
     Ok(subject)
 }
 
