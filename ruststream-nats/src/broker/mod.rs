@@ -487,7 +487,7 @@ async fn start_embedded(
 ) -> Result<Arc<dyn Transport>, Error> {
     Err(Error::new(
         ErrorKind::Config,
-        "this app was built without the embedded NATS; enable the `embedded` feature of ruststream-nats (a default feature) or run without --embedded",
+        "this app was built without the embedded NATS: run it with `cargo run --features ruststream-nats/embedded -- run --embedded`, or enable the `embedded` feature of ruststream-nats in Cargo.toml",
     ))
 }
 

@@ -432,8 +432,7 @@ where
 
     use super::log_fields::{DELIVERY_SPAN, DeliveryLines, JsonSpanFields};
 
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = super::log_filter::from_env(std::env::var("RUST_LOG").ok().as_deref());
     // The delivery span is left out of the lines: they carry the `DeliveryLog` the brokers make
     // for this subscriber instead (`ruststream::telemetry::DeliveryLog`).
     crate::delivery_log::DeliveryLog::want();

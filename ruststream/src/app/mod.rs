@@ -10,6 +10,7 @@ mod describe;
 mod info;
 mod lifecycle;
 mod log_fields;
+mod log_filter;
 mod print_handled;
 
 use std::future::Future;
