@@ -58,9 +58,44 @@ pub(crate) struct ConnectionOptions {
     pub(crate) connection_timeout: Option<Duration>,
     /// How many Core messages the client holds per subscription before it drops.
     pub(crate) subscription_capacity: Option<usize>,
+    /// The client's own options (`NatsBroker::with_options`): the settings above apply on top.
+    pub(crate) base: Option<ConnectOptions>,
 }
 
 impl ConnectionOptions {
+    /// The settings a client connected by the app cannot take, by the broker method that set
+    /// them (`NatsBroker::from_client`).
+    pub(crate) fn set_methods(&self) -> Vec<&'static str> {
+        let mut set = Vec::new();
+        if let Some(auth) = &self.auth {
+            set.push(match auth {
+                Auth::CredentialsFile(_) => ".credentials_file(..)",
+                Auth::UserPassword { .. } => ".user_and_password(..)",
+                Auth::Token(_) => ".token(..)",
+                Auth::NKey(_) => ".nkey(..)",
+            });
+        }
+        if !self.root_certificates.is_empty() {
+            set.push(".root_certificate(..)");
+        }
+        if self.client_certificate.is_some() {
+            set.push(".client_certificate(..)");
+        }
+        if self.require_tls {
+            set.push(".require_tls(true)");
+        }
+        if self.name.is_some() {
+            set.push(".connection_name(..)");
+        }
+        if self.connection_timeout.is_some() {
+            set.push(".connection_timeout(..)");
+        }
+        if self.base.is_some() {
+            set.push(".with_options(..)");
+        }
+        set
+    }
+
     /// These options for connecting to `servers`: TLS is required of every server, those the
     /// cluster announces too, when one of `servers` says `tls://` (async-nats otherwise takes
     /// a discovered server's `host:port` as plain `nats://`).
@@ -79,10 +114,14 @@ impl ConnectionOptions {
 
     /// The async-nats options; reads the credentials file when one is set.
     pub(crate) async fn build(&self, address: &str) -> Result<ConnectOptions, Error> {
-        let mut options = ConnectOptions::new().connection_timeout(
-            self.connection_timeout
-                .unwrap_or(DEFAULT_CONNECTION_TIMEOUT),
-        );
+        // The given options' own timeout stands unless the broker sets one.
+        let mut options = match (&self.base, self.connection_timeout) {
+            (Some(base), None) => base.clone(),
+            (base, timeout) => base
+                .clone()
+                .unwrap_or_default()
+                .connection_timeout(timeout.unwrap_or(DEFAULT_CONNECTION_TIMEOUT)),
+        };
         options = match &self.auth {
             None => options,
             Some(Auth::CredentialsFile(path)) => {

@@ -22,6 +22,7 @@ use ruststream::{Broker, Endpoint, Env, Error, ErrorKind, RunningBroker};
 use tokio::sync::watch;
 
 use self::checks::{check_on_server, check_streams, log_outputs, warn_unstored_dead_letters};
+use self::connect::start_embedded;
 use self::opening::{batch_size, open};
 use crate::copies::{Copies, DEFAULT_MAX_DELAYED_COPIES};
 use crate::events::{Connected, Events};
@@ -65,6 +66,8 @@ pub struct NatsBroker {
     /// Why the URL's credentials cannot be used.
     url_problem: Option<String>,
     options: ConnectionOptions,
+    /// A client the app connected itself (`from_client`), used instead of connecting.
+    client: Option<async_nats::Client>,
     streams: Vec<StreamDeclaration>,
 }
 
@@ -73,6 +76,10 @@ impl fmt::Debug for NatsBroker {
         f.debug_struct("NatsBroker")
             .field("url", &self.url)
             .field("options", &self.options)
+            .field(
+                "client",
+                &self.client.as_ref().map(|_| "connected by the app"),
+            )
             .field("streams", &self.streams)
             .field("max_delayed_copies", &self.max_delayed_copies)
             .field("log_payload_values", &self.log_payload_values)
@@ -103,6 +110,7 @@ impl NatsBroker {
             servers: split.servers,
             url_problem: split.problem,
             options,
+            client: None,
             streams: Vec::new(),
         }
     }
@@ -465,30 +473,6 @@ fn warn_stream_changes(name: &str, changes: &StreamChanges) {
             "the declared stream existed with looser limits, left as they are: tightening could discard stored messages; change them on the server if meant"
         );
     }
-}
-
-/// The embedded NATS in place of a server (`run --embedded`).
-#[cfg(feature = "embedded")]
-async fn start_embedded(
-    embedded: &Embedded,
-    endpoints: &[Endpoint],
-    declared: &[StreamDeclaration],
-) -> Result<Arc<dyn Transport>, Error> {
-    let infos: Vec<RegistrationInfo> = endpoints.iter().map(|e| e.info().clone()).collect();
-    let nats = crate::embedded::start(embedded, &infos, declared).await?;
-    Ok(Arc::new(nats))
-}
-
-#[cfg(not(feature = "embedded"))]
-async fn start_embedded(
-    _embedded: &Embedded,
-    _endpoints: &[Endpoint],
-    _declared: &[StreamDeclaration],
-) -> Result<Arc<dyn Transport>, Error> {
-    Err(Error::new(
-        ErrorKind::Config,
-        "this app was built without the embedded NATS: run it with `cargo run --features ruststream-nats/embedded -- run --embedded`, or enable the `embedded` feature of ruststream-nats in Cargo.toml",
-    ))
 }
 
 /// A running broker with the publisher `ruststream_nats::NatsClient` reaches it through.
