@@ -146,7 +146,7 @@ impl fmt::Debug for Extensions {
 /// Its parts live in one heap block, so a delivery moves as a pointer: on its way from the
 /// wire to the handler's call and back to the settlement it is handed on by value about a dozen
 /// times, and at 168 bytes each hand-over was a `memcpy` call, which a sampling profile put at
-/// a tenth of a Core message's CPU time (`docs/benchmarks.md`, "Where the wall clock goes").
+/// a tenth of a Core message's CPU time (`docs/benchmarks.md`, "Core subscribe").
 pub struct Delivery(Box<Parts>);
 
 /// What a [`Delivery`] holds.
@@ -312,7 +312,7 @@ mod tests {
 
     /// A delivery moves as one pointer (its parts are boxed): the hot path hands it on by value
     /// about a dozen times per message, and at its former 168 bytes each was a `memcpy` call
-    /// (`docs/benchmarks.md`, the fifth pass). A field added to `Delivery` itself instead of
+    /// (`docs/benchmarks.md`, "Core subscribe"). A field added to `Delivery` itself instead of
     /// `Parts` fails here.
     #[test]
     fn a_delivery_is_one_pointer() {

@@ -276,7 +276,7 @@ fn executor_facts(incoming: &Incoming) -> Facts {
 }
 
 /// An `Incoming` moves in registers (its delivery is boxed): it crosses the source's poll, the
-/// handling and the settlement by value (`docs/benchmarks.md`, the fifth pass).
+/// handling and the settlement by value (`docs/benchmarks.md`, "Core subscribe").
 #[test]
 fn an_incoming_is_small() {
     let size = size_of::<super::Incoming>();
