@@ -16,6 +16,7 @@ mod handled;
 mod handler;
 mod header;
 pub mod idempotency;
+pub mod input;
 pub mod middleware;
 mod observer;
 mod outcome;

@@ -117,6 +117,10 @@ impl<T> Is<T> for T {
 /// Marks a single-message manual handler mount.
 #[doc(hidden)]
 pub struct SingleMarker<In, O>(PhantomData<fn(In, O)>);
+/// Marks a manual handler mount whose input is built from the whole delivery
+/// ([`FromDelivery`](crate::input::FromDelivery)).
+#[doc(hidden)]
+pub struct DeliveryMarker<In, O>(PhantomData<fn(In, O)>);
 /// Marks a batch manual handler mount.
 #[doc(hidden)]
 pub struct BatchMarker<In, O>(PhantomData<fn(In, O)>);
@@ -133,6 +137,20 @@ where
 {
     fn mount(self) -> Registration<S> {
         Registration::single(type_name_tail::<H>(), self.descriptor, self.handler)
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<S, D, H, In, O> Mount<S, DeliveryMarker<In, O>> for WithHandler<D, H>
+where
+    S: Send + Sync + 'static,
+    D: Descriptor,
+    H: Handle<In, O, S>,
+    In: crate::input::FromDelivery,
+    O: Outs,
+{
+    fn mount(self) -> Registration<S> {
+        Registration::from_delivery(type_name_tail::<H>(), self.descriptor, self.handler)
     }
 }
 
