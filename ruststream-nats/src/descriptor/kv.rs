@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use ruststream::registration::DescriptorInfo;
 use ruststream::settle::DeliveryModel;
-use ruststream::{Descriptor, WithHandler};
+use ruststream::{Descriptor, WithDeliveryHandler};
 
 use super::jetstream::{DEFAULT_ACK_WAIT, DeliverPolicy, wait};
 
@@ -102,8 +102,8 @@ impl KvChanges {
     }
 
     /// Pairs the descriptor with a manual handler (`Handle<KvChange<T>>`), for `b.include(..)`.
-    pub fn handler<H>(self, handler: H) -> WithHandler<Self, H> {
-        WithHandler::new(self, handler)
+    pub fn handler<H>(self, handler: H) -> WithDeliveryHandler<Self, H> {
+        WithDeliveryHandler::new(self, handler)
     }
 
     /// The bucket.
