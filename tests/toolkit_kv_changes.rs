@@ -481,3 +481,69 @@ async fn a_dead_letter_under_kv_is_refused_before_anything_connects() {
     assert_eq!(err.kind(), ruststream::ErrorKind::Config, "{err}");
     assert!(err.to_string().contains("reserved prefix `$KV.`"), "{err}");
 }
+
+#[test]
+fn describe_and_the_asyncapi_document_name_the_bucket_and_which_changes() {
+    let app = RustStream::new(AppInfo::new("kv-tests", "0.1.0"))
+        .on_startup(async move |()| Ok::<_, Infallible>(Seen::default()))
+        .with_broker(NatsBroker::new("nats://localhost:4222"), |b| {
+            b.include(watch).max_attempts(attempts(3));
+            b.include(
+                KvChanges::new("config")
+                    .keys("limits.*")
+                    .durable("latest")
+                    .latest_per_key()
+                    .handler(Scripted::acking()),
+            );
+        });
+    let table = ruststream::app::cli::describe(&app);
+    assert!(
+        table.contains("$KV.config.>")
+            && table.contains("jetstream, changes of bucket config (every revision)")
+            && table.contains("KV_config/watch"),
+        "{table}"
+    );
+    assert!(
+        table.contains("$KV.config.limits.*")
+            && table.contains("changes of bucket config (latest per key)"),
+        "{table}"
+    );
+    let json = ruststream::app::cli::describe_json(&app);
+    let watch = &json["registrations"][0];
+    assert_eq!(
+        (
+            &watch["subject"],
+            &watch["stream"],
+            &watch["bucket"]["name"],
+            &watch["bucket"]["changes"]
+        ),
+        (
+            &"$KV.config.>".into(),
+            &"KV_config".into(),
+            &"config".into(),
+            &"every revision".into()
+        ),
+        "{json}"
+    );
+    let doc = ruststream::asyncapi::document(&app);
+    let channel = doc["channels"]
+        .as_object()
+        .expect("channels")
+        .values()
+        .find(|c| c["address"] == "$KV.config.limits.*")
+        .expect("the bucket's keys are a channel");
+    assert_eq!(
+        channel["x-ruststream-jetstream"],
+        serde_json::json!({"stream": "KV_config", "consumer": "latest", "bucket": "config", "changes": "latest per key"})
+    );
+    // The message is the value a put carries.
+    assert_eq!(
+        channel["messages"]
+            .as_object()
+            .expect("messages")
+            .values()
+            .next()
+            .expect("one message")["payload"]["type"],
+        "integer"
+    );
+}

@@ -139,20 +139,15 @@ impl Descriptor for KvChanges {
         info.consumer = self.durable.clone();
         info.ack_wait = Some(self.ack_wait);
         info.wildcard = self.subject.contains(['*', '>']);
-        info.kind = KIND;
+        info.kind = "KvChanges";
+        info.bucket = Some(self.bucket.clone());
         info.max_ack_pending = Some(self.max_ack_pending);
         info.deliver_policy = self.deliver_policy;
         info
     }
 }
 
-/// The `kind` of a [`KvChanges`] registration's facts: how the checks tell a bucket from a
-/// stream when they name what is missing.
-pub(crate) const KIND: &str = "KvChanges";
-
-/// The bucket registration `info` reads, when it is a [`KvChanges`] one.
+/// The bucket registration `info` reads the changes of, when it is a [`KvChanges`] one.
 pub(crate) fn bucket_of(info: &DescriptorInfo) -> Option<&str> {
-    (info.kind == KIND)
-        .then(|| info.stream.as_deref()?.strip_prefix("KV_"))
-        .flatten()
+    info.bucket.as_deref()
 }
