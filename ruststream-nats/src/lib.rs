@@ -76,6 +76,9 @@ pub mod guides {
     pub mod retries_dead_letters {}
     #[doc = include_str!("../../docs/consumers.md")]
     pub mod consumers {}
+    #[cfg(feature = "testing")]
+    #[doc = include_str!("../../docs/kv-changes.md")]
+    pub mod kv_changes {}
     #[doc = include_str!("../../docs/deployment.md")]
     pub mod deployment {}
     #[doc = include_str!("../../docs/architecture.md")]
