@@ -7,7 +7,6 @@
 mod support;
 
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use ruststream::Headers;
 use ruststream_nats::prelude::*;
@@ -15,42 +14,16 @@ use ruststream_nats::testing::ConsumerFacts;
 use ruststream_test_server::client::nak_with;
 use support::fidelity::DELAY;
 use support::fidelity::app::AppWire;
-
-/// Each change the handler saw: key, revision, operation, attempt.
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(String, u64, String, u32)>>>);
-
-impl Seen {
-    fn all(&self) -> Vec<(String, u64, String, u32)> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-}
-
-fn change(key: &str, revision: u64, op: &str, attempt: u32) -> (String, u64, String, u32) {
-    (key.to_owned(), revision, op.to_owned(), attempt)
-}
+use support::kv::{Change, Changes, change};
 
 /// Records every change; asks for a retry of key `bad` after [`DELAY`], acknowledges the rest.
 #[subscriber(KvChanges::new("config").durable("watch"))]
 async fn watch(
     change: &KvChange<u32>,
     Ctx(attempt): Ctx<Attempt>,
-    State(seen): State<Seen>,
+    State(seen): State<Changes>,
 ) -> HandlerOutcome {
-    let op = match &change.op {
-        KvOp::Put(value) => format!("put {value}"),
-        KvOp::Delete => "delete".to_owned(),
-        KvOp::Purge => "purge".to_owned(),
-    };
-    seen.0.lock().unwrap_or_else(PoisonError::into_inner).push((
-        change.key.clone(),
-        change.revision,
-        op,
-        attempt,
-    ));
+    seen.push(Change::of(change, attempt));
     if change.key == "bad" {
         HandlerOutcome::retry_after(DELAY)
     } else {
@@ -58,7 +31,7 @@ async fn watch(
     }
 }
 
-fn kv_app(url: &str, seen: Seen) -> impl ruststream::App + use<> {
+fn kv_app(url: &str, seen: Changes) -> impl ruststream::App + use<> {
     RustStream::new(AppInfo::new("kv-fidelity", "0.1.0"))
         .on_startup(async move |()| Ok::<_, Infallible>(seen))
         .with_broker(NatsBroker::new(url), |b| {
@@ -90,7 +63,7 @@ macro_rules! both {
             $(
                 #[tokio::test(start_paused = true)]
                 async fn $name() {
-                    let seen = super::Seen::default();
+                    let seen = super::Changes::default();
                     let app = |url: &str| super::kv_app(url, seen.clone());
                     let wire = crate::support::fidelity::app::AppWire::in_process(app).await;
                     super::$name(&wire, &seen).await;
@@ -102,7 +75,7 @@ macro_rules! both {
             $(
                 #[tokio::test]
                 async fn $name() {
-                    let seen = super::Seen::default();
+                    let seen = super::Changes::default();
                     let app = |url: &str| super::kv_app(url, seen.clone());
                     let wire = crate::support::fidelity::app::AppWire::live(app).await;
                     super::$name(&wire, &seen).await;
@@ -118,7 +91,7 @@ both!(
     a_retry_is_the_same_revision_and_the_cap_dead_letters_it,
 );
 
-async fn puts_and_deletes_arrive_in_revision_order(wire: &AppWire, seen: &Seen) {
+async fn puts_and_deletes_arrive_in_revision_order(wire: &AppWire, seen: &Changes) {
     put(wire, "app.timeout", 30).await;
     put(wire, "app.retries", 3).await;
     delete(wire, "app.timeout").await;
@@ -143,7 +116,7 @@ async fn puts_and_deletes_arrive_in_revision_order(wire: &AppWire, seen: &Seen) 
     assert_eq!(stored[2].headers.get("KV-Operation"), Some("DEL"));
 }
 
-async fn a_retry_is_the_same_revision_and_the_cap_dead_letters_it(wire: &AppWire, seen: &Seen) {
+async fn a_retry_is_the_same_revision_and_the_cap_dead_letters_it(wire: &AppWire, seen: &Changes) {
     put(wire, "bad", 1).await;
     put(wire, "good", 2).await;
     wire.wait_until(|w| w.acks("KV_config", "watch").len() == 3)

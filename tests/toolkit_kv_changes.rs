@@ -7,7 +7,7 @@
 mod support;
 
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, kv};
@@ -15,74 +15,17 @@ use ruststream::{App as _, Env};
 use ruststream_nats::prelude::*;
 use ruststream_test_server::client::stream_messages;
 
-use support::nats::{
-    NatsServer, PATIENCE, attempts, consumer_until, create_stream, eventually, live_server,
-};
-
-/// One change as a handler saw it: key, revision, operation (the value for a put), attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Record {
-    key: String,
-    revision: u64,
-    op: String,
-    attempt: u32,
-}
-
-impl Record {
-    fn of(change: &KvChange<u32>, attempt: u32) -> Self {
-        let op = match &change.op {
-            KvOp::Put(value) => format!("put {value}"),
-            KvOp::Delete => "delete".to_owned(),
-            KvOp::Purge => "purge".to_owned(),
-        };
-        Self {
-            key: change.key.clone(),
-            revision: change.revision,
-            op,
-            attempt,
-        }
-    }
-}
-
-fn record(key: &str, revision: u64, op: &str, attempt: u32) -> Record {
-    Record {
-        key: key.to_owned(),
-        revision,
-        op: op.to_owned(),
-        attempt,
-    }
-}
-
-/// What every handler of these tests shares: the records, in the order handled.
-#[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<Record>>>);
-
-impl Seen {
-    fn all(&self) -> Vec<Record> {
-        self.0.lock().expect("not poisoned").clone()
-    }
-
-    fn push(&self, record: Record) {
-        self.0.lock().expect("not poisoned").push(record);
-    }
-
-    async fn until(&self, n: usize) -> Vec<Record> {
-        eventually(PATIENCE, &format!("{n} changes handled"), || async {
-            let all = self.all();
-            (all.len() >= n).then_some(all)
-        })
-        .await
-    }
-}
+use support::kv::{Change, Changes, change};
+use support::nats::{NatsServer, attempts, consumer_until, create_stream, live_server};
 
 /// The `#[subscriber]` form: every revision of bucket `config`, through durable `watch`.
 #[subscriber(KvChanges::new("config").durable("watch"))]
 async fn watch(
     change: &KvChange<u32>,
     Ctx(attempt): Ctx<Attempt>,
-    State(seen): State<Seen>,
+    State(seen): State<Changes>,
 ) -> HandlerOutcome {
-    seen.push(Record::of(change, attempt));
+    seen.push(Change::of(change, attempt));
     HandlerOutcome::ack()
 }
 
@@ -91,14 +34,14 @@ type Script = dyn Fn(&KvChange<u32>, u32) -> HandlerOutcome + Send + Sync;
 /// A manual handler: records each change, then answers what its script says.
 #[derive(Clone)]
 struct Scripted {
-    seen: Seen,
+    seen: Changes,
     script: Arc<Script>,
 }
 
 impl Scripted {
     fn new(script: impl Fn(&KvChange<u32>, u32) -> HandlerOutcome + Send + Sync + 'static) -> Self {
         Self {
-            seen: Seen::default(),
+            seen: Changes::default(),
             script: Arc::new(script),
         }
     }
@@ -116,7 +59,7 @@ impl<S: Send + Sync + 'static> Handle<KvChange<u32>, (), S> for Scripted {
         ctx: &mut Context<'_>,
     ) -> Result<(), HandlerOutcome> {
         let attempt = ctx.attempt().get();
-        self.seen.push(Record::of(change, attempt));
+        self.seen.push(Change::of(change, attempt));
         match (self.script)(change, attempt) {
             HandlerOutcome::Ack => Ok(()),
             other => Err(other),
@@ -171,11 +114,11 @@ async fn put(store: &kv::Store, key: &str, value: u32) -> u64 {
         .expect("the put is stored")
 }
 
-/// An app on `server` whose one registration `mount` makes, in an app whose state is `Seen`.
+/// An app on `server` whose one registration `mount` makes, in an app whose state is `Changes`.
 async fn start(
     server: &NatsServer,
-    seen: Seen,
-    mount: impl FnOnce(&mut ruststream::Scope<Seen>),
+    seen: Changes,
+    mount: impl FnOnce(&mut ruststream::Scope<Changes>),
 ) -> Result<ruststream::RunningApp, ruststream::Error> {
     RustStream::new(AppInfo::new("kv-tests", "0.1.0"))
         .on_startup(async move |()| Ok::<_, Infallible>(seen))
@@ -206,7 +149,7 @@ async fn every_revision_reaches_the_handler_in_order_with_key_revision_and_opera
     let (server, client) = live_server().await;
     let js = jetstream::new(client);
     let store = bucket(&js).await;
-    let seen = Seen::default();
+    let seen = Changes::default();
     let app = start(&server, seen.clone(), |b| {
         b.include(watch);
     })
@@ -226,11 +169,11 @@ async fn every_revision_reaches_the_handler_in_order_with_key_revision_and_opera
     assert_eq!(
         all,
         [
-            record("app.timeout", 1, "put 30", 1),
-            record("app.retries", 2, "put 3", 1),
-            record("app.timeout", 3, "put 45", 1),
-            record("app.retries", 4, "delete", 1),
-            record("app.timeout", 5, "purge", 1),
+            change("app.timeout", 1, "put 30", 1),
+            change("app.retries", 2, "put 3", 1),
+            change("app.timeout", 3, "put 45", 1),
+            change("app.retries", 4, "delete", 1),
+            change("app.timeout", 5, "purge", 1),
         ]
     );
     let info = until_settled(&js, "watch", 5).await;
@@ -267,7 +210,7 @@ async fn latest_per_key_starts_with_each_keys_last_revision() {
     put(&store, "limits.b", 11).await; // 6
 
     let handler = Scripted::acking();
-    let app = start(&server, Seen::default(), |b| {
+    let app = start(&server, Changes::default(), |b| {
         b.include(
             KvChanges::new("config")
                 .keys("limits.*")
@@ -283,8 +226,8 @@ async fn latest_per_key_starts_with_each_keys_last_revision() {
     assert_eq!(
         handler.seen.all(),
         [
-            record("limits.a", 3, "put 3", 1),
-            record("limits.b", 6, "put 11", 1),
+            change("limits.a", 3, "put 3", 1),
+            change("limits.b", 6, "put 11", 1),
         ],
         "only the latest revision of each key read"
     );
@@ -299,7 +242,7 @@ async fn latest_per_key_starts_with_each_keys_last_revision() {
     put(&store, "limits.a", 4).await; // 7
     handler.seen.until(3).await;
     until_settled(&js, "latest", 7).await;
-    assert_eq!(handler.seen.all()[2], record("limits.a", 7, "put 4", 1));
+    assert_eq!(handler.seen.all()[2], change("limits.a", 7, "put 4", 1));
     app.stop().await.expect("the app stops");
 }
 
@@ -319,7 +262,7 @@ async fn a_retry_brings_the_same_revision_back_and_the_cap_sends_it_to_the_dead_
             HandlerOutcome::ack()
         }
     });
-    let app = start(&server, Seen::default(), |b| {
+    let app = start(&server, Changes::default(), |b| {
         b.include(
             KvChanges::new("config")
                 .durable("capped")
@@ -336,9 +279,9 @@ async fn a_retry_brings_the_same_revision_back_and_the_cap_sends_it_to_the_dead_
     assert_eq!(
         handler.seen.all(),
         [
-            record("app.bad", 1, "put 1", 1),
-            record("app.bad", 1, "put 1", 2),
-            record("app.good", 2, "put 2", 1),
+            change("app.bad", 1, "put 1", 1),
+            change("app.bad", 1, "put 1", 2),
+            change("app.good", 2, "put 2", 1),
         ],
         "the same revision again, attempt 2; the next one only after it (max_ack_pending 1)"
     );
@@ -359,13 +302,13 @@ async fn a_restart_goes_on_where_it_stopped() {
     let js = jetstream::new(client);
     let store = bucket(&js).await;
     let mount = |handler: Scripted| {
-        move |b: &mut ruststream::Scope<Seen>| {
+        move |b: &mut ruststream::Scope<Changes>| {
             b.include(KvChanges::new("config").durable("resume").handler(handler));
         }
     };
 
     let first = Scripted::acking();
-    let app = start(&server, Seen::default(), mount(first.clone()))
+    let app = start(&server, Changes::default(), mount(first.clone()))
         .await
         .expect("the app starts");
     for (key, value) in [("a", 1), ("b", 2), ("a", 3)] {
@@ -386,7 +329,7 @@ async fn a_restart_goes_on_where_it_stopped() {
     );
 
     let second = Scripted::acking();
-    let app = start(&server, Seen::default(), mount(second.clone()))
+    let app = start(&server, Changes::default(), mount(second.clone()))
         .await
         .expect("the app starts again");
     second.seen.until(2).await;
@@ -394,14 +337,14 @@ async fn a_restart_goes_on_where_it_stopped() {
     assert_eq!(
         first.seen.all(),
         [
-            record("a", 1, "put 1", 1),
-            record("b", 2, "put 2", 1),
-            record("a", 3, "put 3", 1)
+            change("a", 1, "put 1", 1),
+            change("b", 2, "put 2", 1),
+            change("a", 3, "put 3", 1)
         ]
     );
     assert_eq!(
         second.seen.all(),
-        [record("b", 4, "put 4", 1), record("a", 5, "delete", 1)],
+        [change("b", 4, "put 4", 1), change("a", 5, "delete", 1)],
         "nothing acknowledged before the stop handled again, nothing written during it lost"
     );
     app.stop().await.expect("the app stops");
@@ -422,7 +365,7 @@ async fn a_key_deleted_while_its_put_waits_for_its_retry_is_deleted_after_the_re
         }),
         store: store.clone(),
     };
-    let app = start(&server, Seen::default(), |b| {
+    let app = start(&server, Changes::default(), |b| {
         b.include(
             KvChanges::new("config")
                 .durable("deleted")
@@ -439,9 +382,9 @@ async fn a_key_deleted_while_its_put_waits_for_its_retry_is_deleted_after_the_re
     assert_eq!(
         handler.inner.seen.all(),
         [
-            record("app.flag", 1, "put 1", 1),
-            record("app.flag", 1, "put 1", 2),
-            record("app.flag", 2, "delete", 1),
+            change("app.flag", 1, "put 1", 1),
+            change("app.flag", 1, "put 1", 2),
+            change("app.flag", 2, "delete", 1),
         ],
         "the put's retry (same revision), then the delete"
     );
@@ -456,7 +399,7 @@ async fn a_key_deleted_while_its_put_waits_for_its_retry_is_deleted_after_the_re
 #[tokio::test]
 async fn a_missing_bucket_stops_the_start_naming_it_and_the_fix() {
     let (server, _client) = live_server().await;
-    let err = start(&server, Seen::default(), |b| {
+    let err = start(&server, Changes::default(), |b| {
         b.include(watch);
     })
     .await
@@ -471,7 +414,7 @@ async fn a_missing_bucket_stops_the_start_naming_it_and_the_fix() {
 #[tokio::test]
 async fn a_dead_letter_under_kv_is_refused_before_anything_connects() {
     let err = RustStream::new(AppInfo::new("kv-tests", "0.1.0"))
-        .on_startup(async move |()| Ok::<_, Infallible>(Seen::default()))
+        .on_startup(async move |()| Ok::<_, Infallible>(Changes::default()))
         .with_broker(NatsBroker::new("nats://127.0.0.1:1"), |b| {
             b.include(watch).dead_letter("$KV.config.dead");
         })
@@ -485,7 +428,7 @@ async fn a_dead_letter_under_kv_is_refused_before_anything_connects() {
 #[test]
 fn describe_and_the_asyncapi_document_name_the_bucket_and_which_changes() {
     let app = RustStream::new(AppInfo::new("kv-tests", "0.1.0"))
-        .on_startup(async move |()| Ok::<_, Infallible>(Seen::default()))
+        .on_startup(async move |()| Ok::<_, Infallible>(Changes::default()))
         .with_broker(NatsBroker::new("nats://localhost:4222"), |b| {
             b.include(watch).max_attempts(attempts(3));
             b.include(
