@@ -15,6 +15,7 @@ mod fuzz;
 mod idempotency;
 mod jetstream_info;
 mod keys;
+mod kv_change;
 mod options;
 mod publish;
 mod rate;
@@ -38,9 +39,10 @@ pub use ruststream;
 
 pub use broker::NatsBroker;
 pub use copies::RETRY_COUNT_HEADER;
-pub use descriptor::{CoreSubject, CoreWildcard, DeliverPolicy, JetStreamSubject};
+pub use descriptor::{CoreSubject, CoreWildcard, DeliverPolicy, JetStreamSubject, KvChanges};
 pub use jetstream_info::JetStreamInfo;
 pub use keys::{JetStream, StreamName, StreamSequence};
+pub use kv_change::{KV_OPERATION_HEADER, KvChange, KvOp};
 pub use publish::{
     MSG_ID_HEADER, NatsClient, RELEARN_AFTER, STREAM_ADVISORIES, StoredPublish, output_message_id,
 };
@@ -53,6 +55,7 @@ pub mod prelude {
     pub use ruststream::{AckError, Context, Handle, HandlerOutcome};
 
     pub use crate::{CoreSubject, CoreWildcard, DeliverPolicy, JetStreamSubject, NatsBroker};
+    pub use crate::{KvChange, KvChanges, KvOp};
     pub use crate::{StreamName, StreamSequence};
 }
 
@@ -73,6 +76,9 @@ pub mod guides {
     pub mod retries_dead_letters {}
     #[doc = include_str!("../../docs/consumers.md")]
     pub mod consumers {}
+    #[cfg(feature = "testing")]
+    #[doc = include_str!("../../docs/kv-changes.md")]
+    pub mod kv_changes {}
     #[doc = include_str!("../../docs/deployment.md")]
     pub mod deployment {}
     #[doc = include_str!("../../docs/architecture.md")]

@@ -101,6 +101,9 @@ pub(crate) fn did_you_mean(missing: &str, subject: &str, near: &StreamSpec) -> S
 pub(crate) fn missing_stream(info: &RegistrationInfo, stream: &str, known: &[StreamSpec]) -> Error {
     let name = &info.name;
     let subject = &info.descriptor.subject;
+    if let Some(bucket) = crate::descriptor::bucket_of(&info.descriptor) {
+        return missing_bucket(name, bucket, known);
+    }
     let message = match near_stream(stream, subject, known) {
         Some(near) => format!(
             "registration `{name}` reads stream `{stream}`, which does not exist; {}",
@@ -108,6 +111,28 @@ pub(crate) fn missing_stream(info: &RegistrationInfo, stream: &str, known: &[Str
         ),
         None => format!(
             "registration `{name}` reads stream `{stream}`, which does not exist; create it with `nats stream add {stream} --subjects \"{subject}\"`, or declare it on the broker: `NatsBroker::new(url).declare_stream(\"{stream}\", [\"{subject}\"])`"
+        ),
+    };
+    Error::new(ErrorKind::Broker, message)
+}
+
+/// The error of registration `name` reading the changes of bucket `bucket`, which does not
+/// exist: the bucket a typo away, when one of `known` is, else how to create it. The app does
+/// not create a bucket it reads: its history and limits are its writers' choice.
+fn missing_bucket(name: &str, bucket: &str, known: &[StreamSpec]) -> Error {
+    let near = known
+        .iter()
+        .filter_map(|s| s.name.strip_prefix("KV_"))
+        .filter(|other| *other != bucket)
+        .map(|other| (edit_distance(other, bucket), other))
+        .filter(|(d, other)| *d <= typo_allowance(bucket.len().min(other.len())))
+        .min_by_key(|(d, _)| *d);
+    let message = match near {
+        Some((_, other)) => format!(
+            "registration `{name}` reads the changes of key-value bucket `{bucket}`, which does not exist (no stream `KV_{bucket}`); did you mean bucket `{other}`? Fix the name in `KvChanges::new(..)`"
+        ),
+        None => format!(
+            "registration `{name}` reads the changes of key-value bucket `{bucket}`, which does not exist (no stream `KV_{bucket}`); create the bucket before the app starts, with `nats kv add {bucket} --history 10` or the client that writes it (async-nats: `jetstream.create_key_value(..)`)"
         ),
     };
     Error::new(ErrorKind::Broker, message)

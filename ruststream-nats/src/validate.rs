@@ -115,6 +115,10 @@ fn check_registration(r: &RegistrationInfo, problems: &mut Vec<String>) {
             problems.push(format!(
                 "the dead-letter subject `{dead_letter}` of registration `{name}` is not a subject to publish to: {problem}"
             ));
+        } else if let Some(prefix) = ruststream::reserved_prefix(dead_letter) {
+            problems.push(format!(
+                "the dead-letter subject `{dead_letter}` of registration `{name}` is under the reserved prefix `{prefix}` (a dead letter there would write into a key-value bucket, an object store or the server's API); choose a subject of the app's own, such as `{name}.dead`"
+            ));
         } else if matches(subject, dead_letter) {
             problems.push(format!(
                 "registration `{name}` would read its own dead letters: `{dead_letter}` matches `{subject}`; choose a dead-letter subject it does not read"

@@ -346,6 +346,20 @@ pub fn mount_single<T: Payload, O: Outs, S: Send + Sync + 'static, H: Handle<T, 
     Registration::single(name, descriptor, handler)
 }
 
+/// The same for a handler whose input is built from the whole delivery (`&KvChange<T>`).
+pub fn mount_from_delivery<
+    T: crate::input::FromDelivery,
+    O: Outs,
+    S: Send + Sync + 'static,
+    H: Handle<T, O, S>,
+>(
+    descriptor: impl Descriptor,
+    handler: H,
+    name: &str,
+) -> Registration<S> {
+    Registration::from_delivery(name, descriptor, handler)
+}
+
 /// The same for a handler taking the payload's bytes as `&Bytes`, undecoded.
 pub fn mount_raw<T, O: Outs, S: Send + Sync + 'static, H: Handle<bytes::Bytes, O, S>>(
     descriptor: impl Descriptor,

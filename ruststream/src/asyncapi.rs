@@ -223,7 +223,12 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
     let extra = jetstream.then(|| {
         (
             "x-ruststream-jetstream",
-            json!({"stream": d.stream, "consumer": d.consumer}),
+            match &d.bucket {
+                Some(bucket) => {
+                    json!({"stream": d.stream, "consumer": d.consumer, "bucket": bucket, "changes": d.bucket_changes()})
+                }
+                None => json!({"stream": d.stream, "consumer": d.consumer}),
+            },
         )
     });
     let input_id = format!("{}.in", r.name);

@@ -16,6 +16,7 @@ mod handled;
 mod handler;
 mod header;
 pub mod idempotency;
+pub mod input;
 pub mod middleware;
 mod observer;
 mod outcome;
@@ -43,7 +44,9 @@ pub use header::{CorrelationId, Header, TypedHeader};
 pub use outcome::HandlerOutcome;
 pub use outgoing::Outgoing;
 pub use publish::{CORRELATION_ID_HEADER, EncodedOutput, Origin, Publish};
-pub use registration::{Descriptor, Endpoint, Mount, Registration, WithHandler};
+pub use registration::{
+    Descriptor, Endpoint, Mount, Registration, WithDeliveryHandler, WithHandler,
+};
 pub use reserved::{RESERVED_PREFIXES, reserved_prefix};
 pub use router::Router;
 

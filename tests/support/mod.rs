@@ -8,6 +8,7 @@
 //! - [`scale`]: a cluster, services as child processes, the server's view of a consumer;
 //! - [`security`]: every log line of the binary, to look for a secret in;
 //! - [`logs`]: log capture, on the test's thread or for the whole binary;
+//! - [`kv`]: the changes a key-value change handler saw;
 //! - [`mix`]: a handler answering every kind of outcome, and what the server must hold after;
 //! - [`ops`]: the operations endpoints (`/readyz`, `/metrics`) served and asked over HTTP;
 //! - [`program`]: this test binary run again as an app's program (the generated `main`).
@@ -19,6 +20,7 @@
 
 pub mod examples;
 pub mod fidelity;
+pub mod kv;
 pub mod logs;
 pub mod mix;
 pub mod nats;

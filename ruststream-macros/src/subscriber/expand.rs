@@ -77,13 +77,16 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
             quote!(#open #args)
         }
     };
-    // A payload taken as bytes (`&[u8]`, `&Bytes`) is handed over as it arrived, undecoded.
+    // A payload taken as bytes (`&[u8]`, `&Bytes`) is handed over as it arrived, undecoded; a
+    // key-value change (`&KvChange<T>`) is built from the whole delivery (`FromDelivery`).
     let register = if plan.batch {
         quote!(mount_batch)
     } else if matches!(super::parse::strip(payload), Type::Slice(_)) {
         quote!(mount_raw_slice)
     } else if super::parse::last_segment_is(payload, "Bytes") {
         quote!(mount_raw)
+    } else if super::parse::last_segment_is(payload, "KvChange") {
+        quote!(mount_from_delivery)
     } else {
         quote!(mount_single)
     };

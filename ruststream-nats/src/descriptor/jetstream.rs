@@ -237,7 +237,7 @@ pub(crate) fn consumer_spec(info: &DescriptorInfo) -> ConsumerSpec {
     }
 }
 
-mod wait {
+pub(super) mod wait {
     use std::time::Duration;
 
     use ruststream::NonZeroDuration;

@@ -1,13 +1,16 @@
-//! Where a registration's messages come from: a Core subject, a Core pattern, or a JetStream
-//! stream read through a pull consumer.
+//! Where a registration's messages come from: a Core subject, a Core pattern, a JetStream
+//! stream read through a pull consumer, or the changes of a key-value bucket.
 
 mod core;
 mod jetstream;
+mod kv;
 mod wildcard;
 
 pub use self::core::CoreSubject;
 pub use self::jetstream::{DEFAULT_ACK_WAIT, DeliverPolicy, JetStreamSubject};
 pub(crate) use self::jetstream::{DEFAULT_BATCH, consumer_spec};
+pub use self::kv::KvChanges;
+pub(crate) use self::kv::bucket_of;
 pub use self::wildcard::CoreWildcard;
 
 /// A JetStream-only option called on a Core descriptor. Never implemented: using one is a

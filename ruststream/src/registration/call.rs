@@ -3,7 +3,6 @@
 //! turned into [`Handled`].
 
 use std::any::Any;
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
@@ -13,11 +12,12 @@ use super::descriptor::Descriptor;
 use super::inline::{BindSingle, Call, SingleCall};
 use super::policy::Policy;
 use super::schemas::Schemas;
-use crate::codec::Format;
+use crate::codec::{DecodeError, Format};
 use crate::context::Context;
 use crate::delivery::Delivery;
 use crate::handled::Handled;
 use crate::handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs};
+use crate::input::FromDelivery;
 use crate::outcome::HandlerOutcome;
 use crate::panic::{guard_async, panic_message};
 
@@ -33,7 +33,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
         let call: Arc<dyn BindSingle<S>> = Arc::new(Decoded {
             handler,
             outs: O::default(),
-            input: PhantomData::<fn() -> In>,
+            decode: crate::codec::decode_delivery::<In>,
         });
         Self::with_handler(
             name.into(),
@@ -41,6 +41,29 @@ impl<S: Send + Sync + 'static> Registration<S> {
             HandlerKind::Single(call),
             O::subjects(),
             Schemas::decoded::<In, O>(),
+        )
+    }
+
+    /// A registration of handler `H` for inputs `In` built from the whole delivery
+    /// ([`FromDelivery`]: a key-value change), publishing `O`.
+    pub fn from_delivery<D, H, In, O>(name: impl Into<String>, descriptor: D, handler: H) -> Self
+    where
+        D: Descriptor,
+        H: Handle<In, O, S>,
+        In: FromDelivery,
+        O: Outs,
+    {
+        let call: Arc<dyn BindSingle<S>> = Arc::new(Decoded {
+            handler,
+            outs: O::default(),
+            decode: In::from_delivery,
+        });
+        Self::with_handler(
+            name.into(),
+            Arc::new(descriptor),
+            HandlerKind::Single(call),
+            O::subjects(),
+            Schemas::from_delivery::<In, O>(),
         )
     }
 
@@ -62,7 +85,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
                 let mut inputs = Vec::with_capacity(deliveries.len());
                 let mut decoded = Vec::with_capacity(deliveries.len());
                 for (i, delivery) in deliveries.iter().enumerate() {
-                    match decode::<In>(codec, delivery) {
+                    match decode(crate::codec::decode_delivery::<In>, codec, delivery) {
                         Ok(v) => {
                             inputs.push(v);
                             decoded.push(i);
@@ -149,22 +172,27 @@ impl<S: Send + Sync + 'static> Registration<S> {
     }
 }
 
-/// A handler of decoded payloads `In`, with its outputs: what [`Registration::single`] calls.
+/// How an input is made from a delivery in the registration's format.
+type DecodeFn<In> = fn(Format, &Delivery) -> Result<In, DecodeError>;
+
+/// A handler of decoded inputs `In`, with its outputs: what [`Registration::single`] (the
+/// payload decoded) and [`Registration::from_delivery`] (the input built from the whole
+/// delivery) call.
 struct Decoded<H, In, O> {
     handler: H,
     outs: O,
-    input: PhantomData<fn() -> In>,
+    decode: DecodeFn<In>,
 }
 
 impl<H, In, O, S> SingleCall<S> for Decoded<H, In, O>
 where
     H: Handle<In, O, S>,
-    In: DeserializeOwned + Send + Sync + 'static,
+    In: Send + Sync + 'static,
     O: Outs,
     S: Send + Sync + 'static,
 {
     async fn call<'a>(&'a self, call: Call<'a, S>) -> Handled {
-        let input: In = match decode(call.codec, call.delivery) {
+        let input: In = match decode(self.decode, call.codec, call.delivery) {
             Ok(input) => input,
             Err(undecodable) => return undecodable,
         };
@@ -288,15 +316,12 @@ fn batch_results(outcome: BatchOutcome, len: usize) -> Vec<Handled> {
     }
 }
 
-/// Decodes `delivery`'s payload; a payload that does not decode, or whose decoding panics (a
-/// custom `Deserialize`), is [`Handled::Undecodable`]: never retried, it would fail the same way.
-fn decode<In: DeserializeOwned + 'static>(
-    codec: Format,
-    delivery: &Delivery,
-) -> Result<In, Handled> {
-    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        crate::codec::decode_delivery(codec, delivery)
-    }));
+/// Makes the input of `delivery` with `decode`; one that does not decode, or whose decoding
+/// panics (a custom `Deserialize`), is [`Handled::Undecodable`]: never retried, it would fail
+/// the same way.
+fn decode<In>(decode: DecodeFn<In>, codec: Format, delivery: &Delivery) -> Result<In, Handled> {
+    let decoded =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode(codec, delivery)));
     match decoded {
         Ok(Ok(input)) => Ok(input),
         Ok(Err(err)) => Err(Handled::Undecodable(err.to_string())),

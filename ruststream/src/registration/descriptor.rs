@@ -83,6 +83,9 @@ pub struct DescriptorInfo {
     /// How long a batch handler's batch may wait to fill once its first message came; `None`:
     /// it takes what is ready at once.
     pub batch_max_wait: Option<Duration>,
+    /// The key-value bucket whose changes the registration reads (its stream is the bucket's);
+    /// `None` for a plain stream or subject.
+    pub bucket: Option<String>,
 }
 
 /// Which messages of the stream a new consumer starts from.
@@ -121,7 +124,19 @@ impl DescriptorInfo {
             batch: None,
             pull_expiry: None,
             batch_max_wait: None,
+            bucket: None,
         }
+    }
+
+    /// Which changes of its bucket a key-value registration reads, in words (`every
+    /// revision`, `latest per key`, `new changes only`); `None` without a bucket.
+    pub fn bucket_changes(&self) -> Option<&'static str> {
+        self.bucket.as_ref()?;
+        Some(match self.deliver_policy {
+            DeliverPolicy::LastPerSubject => "latest per key",
+            DeliverPolicy::New => "new changes only",
+            _ => "every revision",
+        })
     }
 
     /// Sets where a Core copy goes by default.

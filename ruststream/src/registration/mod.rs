@@ -15,7 +15,7 @@
 //! | `inline.rs` | a single handler's call with its type known: boxed per delivery, or [`InlineHandler`] |
 //! | `call.rs` | how a registration calls its handler: decode, context, panics caught |
 //! | `endpoint.rs` | [`Endpoint`]: a registration bound to the app state, as a broker runs it |
-//! | `mount.rs` | [`Mount`], [`WithHandler`]: what `b.include(..)` takes |
+//! | `mount.rs` | [`Mount`], [`WithHandler`], [`WithDeliveryHandler`]: what `b.include(..)` takes |
 //!
 //! Dependencies run one way: `descriptor`, `lane_key` ← `policy`, `traced` ← `schemas` ← `info`
 //! ← `builder`, `inline` ← `call`, `endpoint`, `mount`.
@@ -39,7 +39,8 @@ pub use self::info::{RegistrationInfo, policy_notes};
 pub use self::inline::InlineHandler;
 pub use self::lane_key::LaneKey;
 pub use self::mount::{
-    BatchMarker, FnMarker, Is, Mount, SingleMarker, SubscriberFn, SubscriberName, WithHandler,
+    BatchMarker, DeliveryMarker, FnMarker, Is, Mount, SingleMarker, SubscriberFn, SubscriberName,
+    WithDeliveryHandler, WithHandler,
 };
 pub use self::policy::{OnFailure, Policy};
 pub use self::schemas::{SchemaFn, Schemas, declared_schema, schema_of};

@@ -35,6 +35,25 @@ impl<D: fmt::Debug, H> fmt::Debug for WithHandler<D, H> {
     }
 }
 
+/// A descriptor with a handler whose input is built from the whole delivery
+/// ([`FromDelivery`](crate::input::FromDelivery)), ready to mount: what such a descriptor's
+/// `.handler(..)` returns (`KvChanges::new("config").handler(Watcher)`). A type of its own,
+/// not a [`WithHandler`]: the handler's input type then picks the one way to mount it.
+pub struct WithDeliveryHandler<D, H>(WithHandler<D, H>);
+
+impl<D, H> WithDeliveryHandler<D, H> {
+    /// Pairs `descriptor` with `handler`.
+    pub fn new(descriptor: D, handler: H) -> Self {
+        Self(WithHandler::new(descriptor, handler))
+    }
+}
+
+impl<D: fmt::Debug, H> fmt::Debug for WithDeliveryHandler<D, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// Something `b.include(..)` mounts: a `#[subscriber]` function, or a descriptor with a
 /// handler. `Marker` only tells the impls apart.
 #[diagnostic::on_unimplemented(
@@ -117,6 +136,10 @@ impl<T> Is<T> for T {
 /// Marks a single-message manual handler mount.
 #[doc(hidden)]
 pub struct SingleMarker<In, O>(PhantomData<fn(In, O)>);
+/// Marks a manual handler mount whose input is built from the whole delivery
+/// ([`FromDelivery`](crate::input::FromDelivery)).
+#[doc(hidden)]
+pub struct DeliveryMarker<In, O>(PhantomData<fn(In, O)>);
 /// Marks a batch manual handler mount.
 #[doc(hidden)]
 pub struct BatchMarker<In, O>(PhantomData<fn(In, O)>);
@@ -147,6 +170,24 @@ where
 {
     fn mount(self) -> Registration<S> {
         Registration::batch(type_name_tail::<H>(), self.descriptor, self.handler)
+    }
+}
+
+#[diagnostic::do_not_recommend]
+impl<S, D, H, In, O> Mount<S, DeliveryMarker<In, O>> for WithDeliveryHandler<D, H>
+where
+    S: Send + Sync + 'static,
+    D: Descriptor,
+    H: Handle<In, O, S>,
+    In: crate::input::FromDelivery,
+    O: Outs,
+{
+    fn mount(self) -> Registration<S> {
+        let WithHandler {
+            descriptor,
+            handler,
+        } = self.0;
+        Registration::from_delivery(type_name_tail::<H>(), descriptor, handler)
     }
 }
 

@@ -87,6 +87,17 @@ impl Schemas {
         .replying::<O>()
     }
 
+    /// The type of input `In`, built from the whole delivery: the schema of the value its
+    /// payload carries (traced from `In::Value`'s `Deserialize` impl), and the schema of what
+    /// outputs `O` publish.
+    pub fn from_delivery<In: crate::input::FromDelivery, O: Outs>() -> Self {
+        Self {
+            payload: Some(traced_schema::<In::Value>),
+            ..Self::of::<In>()
+        }
+        .replying::<O>()
+    }
+
     /// With the schema of what outputs `O` publish (their first [`Outgoing`](crate::Outgoing)
     /// type's).
     pub fn replying<O: Outs>(self) -> Self {

@@ -78,9 +78,10 @@
 //! handles it, and releases with `-NAK` only what cannot start before the drain deadline.
 //! Releasing only after the inbox closed matters: a message released while a request of ours
 //! still waits would be sent straight back to us. With
-//! requests of ours still waiting, a consumer info comes first ([`Puller::close`]): nats-server
-//! 2.9 lost a released delivery that met only a dead request (until `ack_wait`), and answering
-//! the info makes it drop the dead ones.
+//! requests of ours still waiting, a consumer info follows the close ([`Puller::close`]):
+//! nats-server 2.9 gives a message (released by us, or stored after the stop) that meets only a
+//! dead request to it and loses it until `ack_wait`, and answering the info makes it drop the
+//! dead ones.
 //!
 //! # A fresh request before the last one expires
 //!
@@ -485,21 +486,20 @@ impl Puller {
         held
     }
 
-    /// Closes the inbox after [`stop`](Self::stop). When deliveries are to be released
-    /// (`releasing`) and requests of ours may still wait on the server, it then asks for the
-    /// consumer's info, on the same connection, before handing the deliveries over: answering
-    /// it, the server drops the requests whose inbox nobody listens to any more. nats-server
-    /// 2.9 needs it: a released delivery that comes up while the only waiting request is a dead
-    /// one of ours is dropped with the request, and its stream cursor stepped back as if the
-    /// message were new (fixed in later servers), so the delivery waited for `ack_wait` before
-    /// anyone got it again.
-    pub(crate) async fn close(mut self: Box<Self>, releasing: bool) {
+    /// Closes the inbox after [`stop`](Self::stop). When requests of ours may still wait on
+    /// the server, it then asks for the consumer's info, on the same connection, before handing
+    /// the deliveries over: answering it, the server drops the requests whose inbox nobody
+    /// listens to any more. nats-server 2.9 needs it (fixed in later servers): a message that
+    /// comes up while the only waiting request is a dead one of ours (a delivery we release, or
+    /// one stored after the stop, which the next instance should get at once) is sent to that
+    /// request and counted delivered, so it waited for `ack_wait` before anyone got it.
+    pub(crate) async fn close(mut self: Box<Self>) {
         // Written to the connection before the info request below (one command queue, in
         // order); the `Drop` of the subscriber only tries once.
         if let Err(err) = self.subscriber.unsubscribe().await {
             tracing::debug!(consumer = %self.consumer, %err, "closing the inbox");
         }
-        if !releasing || self.outstanding == 0 || !self.online() {
+        if self.outstanding == 0 || !self.online() {
             return;
         }
         let js = async_nats::jetstream::new(self.client.clone());

@@ -252,7 +252,7 @@ impl PullState {
     fn stopping(mut puller: Box<Puller>) -> Self {
         Self::Stopping(Box::pin(async move {
             let held = puller.stop().await;
-            puller.close(!held.is_empty()).await;
+            puller.close().await;
             held
         }))
     }
