@@ -200,7 +200,11 @@ async fn jetstream_dead_letter_on_the_first_attempt_is_stored_then_terminated(
     wire.pass(ACK_WAIT + Duration::from_millis(300)).await;
 
     assert_eq!(wire.outcomes("damaged"), [HandlerOutcome::dead_letter()]);
-    assert_eq!(wire.delivered("damaged"), [Some(1)], "never delivered again");
+    assert_eq!(
+        wire.delivered("damaged"),
+        [Some(1)],
+        "never delivered again"
+    );
     assert_eq!(wire.acks(STREAM, "damaged"), ["+TERM"]);
     // Delivered once, the ack floor past it: nothing pending, nothing waiting.
     assert_eq!(
@@ -225,7 +229,8 @@ async fn jetstream_dead_letter_without_a_subject_is_terminated_and_logged(
     wire: &AppWire,
     seen: &Seen,
 ) {
-    wire.publish_raw("parcels.lost", tagged("p-2"), parcel(2)).await;
+    wire.publish_raw("parcels.lost", tagged("p-2"), parcel(2))
+        .await;
     wire.wait_until(|w| w.acks(STREAM, "lost").len() == 1).await;
     wire.pass(ACK_WAIT + Duration::from_millis(300)).await;
 
@@ -248,7 +253,8 @@ async fn jetstream_dead_letter_without_a_subject_is_terminated_and_logged(
 }
 
 async fn jetstream_the_last_attempt_is_known_to_the_handler(wire: &AppWire, seen: &Seen) {
-    wire.publish_raw("parcels.late", tagged("p-3"), parcel(3)).await;
+    wire.publish_raw("parcels.late", tagged("p-3"), parcel(3))
+        .await;
     wire.wait_until(|w| w.acks(STREAM, "late").len() == 3).await;
     wire.pass(ACK_WAIT + Duration::from_millis(300)).await;
 
@@ -274,7 +280,8 @@ async fn jetstream_the_last_attempt_is_known_to_the_handler(wire: &AppWire, seen
 }
 
 async fn core_dead_letter_goes_to_the_dead_letter_subject(wire: &AppWire, seen: &Seen) {
-    wire.publish_raw("parcels.core", tagged("c-1"), parcel(4)).await;
+    wire.publish_raw("parcels.core", tagged("c-1"), parcel(4))
+        .await;
     wire.wait_until(|w| !w.messages(CORE_DEAD).is_empty()).await;
     wire.quiet().await;
 

@@ -278,9 +278,7 @@ impl Delivery {
     /// assert!(!second.with_max_attempts(None).is_last_attempt());
     /// ```
     pub fn is_last_attempt(&self) -> bool {
-        self.0
-            .max_attempts
-            .is_some_and(|cap| self.0.attempt >= cap)
+        self.0.max_attempts.is_some_and(|cap| self.0.attempt >= cap)
     }
 
     /// The broker's typed extras.

@@ -237,10 +237,7 @@ mod tests {
         assert_eq!(jetstream(3).max_attempts(), cap);
 
         let core = |count: Option<&str>| {
-            let headers: Headers = count
-                .map(|c| (RETRY_COUNT_HEADER, c))
-                .into_iter()
-                .collect();
+            let headers: Headers = count.map(|c| (RETRY_COUNT_HEADER, c)).into_iter().collect();
             incoming_capped(raw(None, headers), DeliveryModel::Core, "r", cap).delivery
         };
         assert!(!core(None).is_last_attempt());
@@ -248,7 +245,10 @@ mod tests {
 
         // Without a cap no attempt is the last one.
         let uncapped = incoming(
-            raw(Some("$JS.ACK.ORDERS.worker.9.10.12.1700000000000000000.0"), Headers::new()),
+            raw(
+                Some("$JS.ACK.ORDERS.worker.9.10.12.1700000000000000000.0"),
+                Headers::new(),
+            ),
             DeliveryModel::JetStream,
             "worker",
         );

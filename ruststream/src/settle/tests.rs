@@ -780,7 +780,10 @@ fn the_handler_chooses_the_dead_letter() {
             "dead_letter(), JetStream, at the cap → as a retry at the cap",
             jetstream(3).with_cap(cap(3)).with_dead_letter(),
             dead.clone(),
-            decide(&O::retry(), &jetstream(3).with_cap(cap(3)).with_dead_letter()),
+            decide(
+                &O::retry(),
+                &jetstream(3).with_cap(cap(3)).with_dead_letter(),
+            ),
         ),
         row(
             "dead_letter(), JetStream, no dead-letter subject → +TERM",
