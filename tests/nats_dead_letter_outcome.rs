@@ -74,6 +74,26 @@ async fn core_late(_parcel: &Parcel, Ctx(last): Ctx<LastAttempt>) -> HandlerOutc
     }
 }
 
+/// A batch handler: one outcome per parcel, odd ids kept for a person.
+#[subscriber(
+    JetStreamSubject::new("parcels.sorted", STREAM)
+        .durable("sorted")
+        .ack_wait(ack_wait())
+        .batch(nonzero!(10))
+)]
+async fn sorted(parcels: &[Parcel]) -> Vec<HandlerOutcome> {
+    parcels
+        .iter()
+        .map(|p| {
+            if p.id % 2 == 1 {
+                HandlerOutcome::dead_letter()
+            } else {
+                HandlerOutcome::ack()
+            }
+        })
+        .collect()
+}
+
 /// | registration | reads | policy |
 /// | --- | --- | --- |
 /// | `damaged` | `parcels.damaged` from `PARCELS` | 3 attempts, dead letter `dead.parcels` (stored) |
@@ -82,6 +102,7 @@ async fn core_late(_parcel: &Parcel, Ctx(last): Ctx<LastAttempt>) -> HandlerOutc
 /// | `core_damaged` | Core `parcels.core` | 3 attempts, dead letter `dead.notices` (Core) |
 /// | `core_lost` | Core `parcels.core_lost` | no cap, no dead letter |
 /// | `core_late` | Core `parcels.core_late` | 2 attempts, dead letter `dead.notices` |
+/// | `sorted` | `parcels.sorted` from `PARCELS`, batches of up to 10 | dead letter `dead.parcels` |
 fn parcels_app(url: &str) -> impl App + use<> {
     let broker = NatsBroker::new(url).declare_stream(DEAD_STREAM, [DEAD]);
     let three = nonzero!(3);
@@ -109,6 +130,7 @@ fn parcels_app(url: &str) -> impl App + use<> {
         b.include(core_late)
             .max_attempts(nonzero!(2))
             .dead_letter(CORE_DEAD);
+        b.include(sorted).dead_letter(DEAD);
     })
 }
 
@@ -178,6 +200,7 @@ both!(
     core_dead_letter_goes_to_the_dead_letter_subject,
     core_dead_letter_without_a_subject_is_let_go_and_logged,
     core_the_last_attempt_is_known_to_the_handler,
+    a_batch_dead_letters_the_messages_it_says,
 );
 
 fn parcel(id: u64) -> Vec<u8> {
@@ -336,6 +359,44 @@ async fn core_the_last_attempt_is_known_to_the_handler(wire: &AppWire, seen: &Se
         Some("1")
     );
     assert_eq!(seen.dead_letters("core_late"), 1.0);
+}
+
+async fn a_batch_dead_letters_the_messages_it_says(wire: &AppWire, seen: &Seen) {
+    for id in 10..=13 {
+        wire.publish_raw("parcels.sorted", tagged(&format!("b-{id}")), parcel(id))
+            .await;
+    }
+    wire.wait_until(|w| w.acks(STREAM, "sorted").len() == 4)
+        .await;
+    wire.pass(ACK_WAIT + Duration::from_millis(300)).await;
+
+    let mut acks = wire.acks(STREAM, "sorted");
+    acks.sort();
+    assert_eq!(acks, ["+ACK", "+ACK", "+TERM", "+TERM"]);
+    assert_eq!(
+        wire.consumer_info(STREAM, "sorted").await,
+        ConsumerFacts::new(4, 4, 0, 0, 0)
+    );
+    let mut dead: Vec<(Vec<u8>, Option<String>)> = wire
+        .stream_messages(DEAD_STREAM)
+        .await
+        .into_iter()
+        .map(|m| {
+            let tag = m.headers.get("x-parcel").map(str::to_owned);
+            (m.payload.to_vec(), tag)
+        })
+        .collect();
+    dead.sort();
+    assert_eq!(
+        dead,
+        [
+            (parcel(11), Some("b-11".to_owned())),
+            (parcel(13), Some("b-13".to_owned()))
+        ]
+    );
+    assert_eq!(seen.dead_letters("sorted"), 2.0);
+    assert_eq!(seen.deliveries("sorted", "dead_letter"), 2.0);
+    assert_eq!(seen.deliveries("sorted", "ack"), 2.0);
 }
 
 /// A dead letter the stream refuses: the original is held back, not terminated, and comes back

@@ -1,3 +1,6 @@
+// Over 500 lines with its docs: about half are the settlement table and each decision's
+// runnable example, the contract the NATS crate executes, kept next to the code they describe.
+
 //! The settlement decision: what the runtime does with a delivery once its handler answered.
 //!
 //! [`decide`] turns a [`HandlerOutcome`] and the [`Facts`] of one delivery into a [`Decision`]:
