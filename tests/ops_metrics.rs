@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -15,29 +14,8 @@ use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker};
 use ruststream_test_server::client::{stream_messages, wait_until};
 use ruststream_test_server::proxy::Proxy;
 use support::nats::*;
-use support::ops::{get, operations};
+use support::ops::{get, operations, samples};
 use tokio::sync::Semaphore;
-
-/// The samples of the Prometheus text: `name{labels}` (labels sorted) → value.
-fn samples(text: &str) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-    {
-        let (series, value) = line.rsplit_once(' ').expect("`series value`");
-        let key = match series.split_once('{') {
-            Some((name, labels)) => {
-                let mut labels: Vec<&str> = labels.trim_end_matches('}').split(',').collect();
-                labels.sort_unstable();
-                format!("{name}{{{}}}", labels.join(","))
-            }
-            None => series.to_owned(),
-        };
-        out.insert(key, value.parse().expect("a number"));
-    }
-    out
-}
 
 #[tokio::test]
 async fn the_metrics_count_exactly_what_the_handlers_said() {

@@ -202,6 +202,12 @@ impl<'a> Context<'a> {
         self.delivery.attempt()
     }
 
+    /// Whether this is the last attempt the registration's cap allows (see
+    /// [`Delivery::is_last_attempt`]); `false` without a cap.
+    pub fn is_last_attempt(&self) -> bool {
+        self.delivery.is_last_attempt()
+    }
+
     /// The name of the registration handling this delivery.
     pub fn registration(&self) -> &str {
         self.registration

@@ -157,6 +157,8 @@ struct Parts {
     reply: Option<Arc<str>>,
     delivered: Option<u64>,
     attempt: NonZeroU32,
+    /// The registration's cap, as the broker handed the delivery over.
+    max_attempts: Option<NonZeroU32>,
     extensions: Extensions,
 }
 
@@ -173,6 +175,7 @@ impl Delivery {
             reply: None,
             delivered: None,
             attempt: NonZeroU32::MIN,
+            max_attempts: None,
             extensions: Extensions::default(),
         }))
     }
@@ -202,6 +205,14 @@ impl Delivery {
     #[inline]
     pub fn with_attempt(mut self, attempt: NonZeroU32) -> Self {
         self.0.attempt = attempt;
+        self
+    }
+
+    /// Sets the cap of the registration the delivery is handed to (`max_attempts`, the first
+    /// delivery counting as one; `None`: no cap).
+    #[inline]
+    pub fn with_max_attempts(mut self, max_attempts: Option<NonZeroU32>) -> Self {
+        self.0.max_attempts = max_attempts;
         self
     }
 
@@ -245,6 +256,31 @@ impl Delivery {
         self.0.attempt
     }
 
+    /// The cap of the registration handling the delivery, the first delivery counting as one;
+    /// `None` without a cap.
+    pub fn max_attempts(&self) -> Option<NonZeroU32> {
+        self.0.max_attempts
+    }
+
+    /// Whether this is the last attempt the cap allows: a retry now brings the message back no
+    /// more (it goes to the dead-letter subject, or ends). `false` without a cap.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use ruststream::Delivery;
+    /// use std::num::NonZeroU32;
+    ///
+    /// let cap = NonZeroU32::new(2);
+    /// let first = Delivery::new("orders.created", Bytes::new()).with_max_attempts(cap);
+    /// assert!(!first.is_last_attempt());
+    /// let second = first.with_attempt(NonZeroU32::new(2).expect("2 is not zero"));
+    /// assert!(second.is_last_attempt());
+    /// assert!(!second.with_max_attempts(None).is_last_attempt());
+    /// ```
+    pub fn is_last_attempt(&self) -> bool {
+        self.0.max_attempts.is_some_and(|cap| self.0.attempt >= cap)
+    }
+
     /// The broker's typed extras.
     pub fn extensions(&self) -> &Extensions {
         &self.0.extensions
@@ -270,6 +306,7 @@ impl fmt::Debug for Delivery {
             reply,
             delivered,
             attempt,
+            max_attempts,
             extensions,
         } = &*self.0;
         f.debug_struct("Delivery")
@@ -279,6 +316,7 @@ impl fmt::Debug for Delivery {
             .field("reply", reply)
             .field("delivered", delivered)
             .field("attempt", attempt)
+            .field("max_attempts", max_attempts)
             .field("extensions", extensions)
             .finish()
     }

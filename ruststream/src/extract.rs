@@ -142,6 +142,20 @@ impl Key for Attempt {
     }
 }
 
+/// Whether this is the last attempt the registration's cap allows, `bool`: the attempt reached
+/// `max_attempts`, so a retry now goes to the dead-letter subject (or ends) instead of bringing
+/// the message back. `false` without a cap.
+#[derive(Debug, Clone, Copy)]
+pub enum LastAttempt {}
+
+#[diagnostic::do_not_recommend]
+impl Key for LastAttempt {
+    type Value = bool;
+    fn get(ctx: &Context<'_>) -> Result<Self::Value, Rejection> {
+        Ok(ctx.is_last_attempt())
+    }
+}
+
 /// The subject the message actually arrived on, `String` (for a wildcard, the concrete one).
 #[derive(Debug, Clone, Copy)]
 pub enum Subject {}

@@ -37,7 +37,8 @@ pub use delivery::{Delivery, Extensions, Headers, OutboundMessage};
 pub use duration::{NonZeroDuration, ZeroDuration};
 pub use error::{AckError, BoxError, Error, ErrorKind, PublishError, PublishErrorKind};
 pub use extract::{
-    Attempt, Ctx, Delivered, FromContext, FromRef, Key, MessageHeaders, Rejection, State, Subject,
+    Attempt, Ctx, Delivered, FromContext, FromRef, Key, LastAttempt, MessageHeaders, Rejection,
+    State, Subject,
 };
 pub use handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs, Publisher};
 pub use header::{CorrelationId, Header, TypedHeader};
@@ -57,8 +58,8 @@ pub mod prelude {
     pub use crate::{AckError, Error};
     pub use crate::{
         App, AppInfo, Attempt, BatchContext, BatchOutcome, Context, Ctx, Delivered, FromRef,
-        Handle, HandleBatch, HandlerOutcome, NonZeroDuration, Outgoing, Publisher, RustStream,
-        State, Subject, nonzero, subscriber,
+        Handle, HandleBatch, HandlerOutcome, LastAttempt, NonZeroDuration, Outgoing, Publisher,
+        RustStream, State, Subject, nonzero, subscriber,
     };
     // `publish_raw` and `TestApp::publish_raw` take headers.
     pub use crate::Headers;

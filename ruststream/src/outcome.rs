@@ -27,6 +27,9 @@ pub enum HandlerOutcome {
     RetryAfter(Duration),
     /// The message can never succeed: end it and never deliver it again.
     Drop,
+    /// End the delivery now and publish it, as it arrived, to the registration's dead-letter
+    /// subject.
+    DeadLetter,
 }
 
 impl HandlerOutcome {
@@ -49,6 +52,15 @@ impl HandlerOutcome {
     /// End the message for good: `+TERM` on JetStream.
     pub const fn drop() -> Self {
         Self::Drop
+    }
+
+    /// End the delivery now, on any attempt, and publish it as it arrived (payload and headers)
+    /// to the registration's dead-letter subject: what a retry at the cap does, chosen by the
+    /// handler. JetStream: `+TERM` once the dead-letter publish is stored; Core: the publish.
+    /// Counted in `ruststream_dead_letters_total`. A registration without a dead-letter subject
+    /// drops the message (`+TERM` on JetStream) and logs an error naming the registration.
+    pub const fn dead_letter() -> Self {
+        Self::DeadLetter
     }
 
     /// Whether this outcome asks for the message to come back.

@@ -1,3 +1,6 @@
+// Over 500 lines with its docs: about half are the settlement table and each decision's
+// runnable example, the contract the NATS crate executes, kept next to the code they describe.
+
 //! The settlement decision: what the runtime does with a delivery once its handler answered.
 //!
 //! [`decide`] turns a [`HandlerOutcome`] and the [`Facts`] of one delivery into a [`Decision`]:
@@ -12,10 +15,12 @@
 //! | `retry()` | `-NAK`: sent again now, delivered + 1 | `AckError::Unsupported`; under a declared cap, a copy published at once |
 //! | `retry_after(d)` | `-NAK {"delay": ns}`: held for `d`, delivered + 1 | a copy published after `d` |
 //! | `drop()` | `+TERM` | `AckError::Unsupported` |
+//! | `dead_letter()` | the dead-letter publish, then `+TERM` | the dead-letter publish |
 //!
 //! The cap (`max_attempts`) counts the first delivery as one, and only a retry consults it. At the
 //! cap nothing comes back: the delivery goes to the dead-letter subject as it arrived when one is
-//! declared, and the original is then `+TERM`ed (JetStream) or let go (Core). A payload that does
+//! declared, and the original is then `+TERM`ed (JetStream) or let go (Core). A handler that
+//! answers `dead_letter()` asks for that end on any attempt. A payload that does
 //! not decode is never retried ([`decide_undecodable`]), nor is a handling whose output can
 //! never be published ([`decide_unpublishable`]).
 //!
@@ -296,7 +301,9 @@ impl Decision {
 /// On JetStream the outcome becomes an acknowledgement the server acts on; on Core NATS the
 /// server settles nothing and a retry comes back only as a [`RetryCopy`] the runtime
 /// publishes. At the cap a retry brings nothing back: the delivery is dead-lettered when a
-/// dead-letter subject is declared, then `+TERM`ed (JetStream) or let go (Core).
+/// dead-letter subject is declared, then `+TERM`ed (JetStream) or let go (Core). `dead_letter()`
+/// ends the delivery the same way on any attempt, the cap aside; without a dead-letter subject
+/// that is a `+TERM` (JetStream) or nothing (Core).
 ///
 /// ```
 /// use ruststream::HandlerOutcome;
@@ -368,7 +375,8 @@ pub const fn decide_unpublishable(facts: &Facts) -> Decision {
     end_for_good(facts)
 }
 
-/// The dead-letter subject when declared, then `+TERM` (JetStream) or nothing (Core).
+/// The dead-letter subject when declared, then `+TERM` (JetStream) or nothing (Core): an
+/// undecodable payload, an unpublishable output, and the handler's `dead_letter()`.
 const fn end_for_good(facts: &Facts) -> Decision {
     let settle = match facts.model {
         DeliveryModel::JetStream => Settle::Send(AckKind::Term),
@@ -426,7 +434,8 @@ pub const DEAD_LETTER_HOLD_MAX: Duration = Duration::from_secs(3600);
 /// Never `+TERM`: the message would then exist nowhere. A JetStream original is held back with
 /// `-NAK {"delay": ..}` and delivered again after it (past the cap, so straight to another
 /// dead-letter try, see [`decide_arrival`]): 1 s for the delivery at the cap, doubling with each
-/// delivery after it, up to an hour. A dead-letter stream that refuses for good then costs one
+/// delivery after it, up to an hour. A dead letter the handler asked for (`dead_letter()`)
+/// before the cap comes back to the handler after its hold, as a delivery the cap counts. A dead-letter stream that refuses for good then costs one
 /// try an hour instead of one per `ack_wait`, and nothing is lost: the original waits in its
 /// stream until the dead letter goes through. A Core message is lost (Core NATS is at most
 /// once).
@@ -467,6 +476,7 @@ fn decide_jetstream(outcome: &HandlerOutcome, facts: &Facts) -> Decision {
     let nak = match *outcome {
         HandlerOutcome::Ack => return Decision::settle(Settle::Send(AckKind::Ack)),
         HandlerOutcome::Drop => return Decision::settle(Settle::Send(AckKind::Term)),
+        HandlerOutcome::DeadLetter => return end_for_good(facts),
         HandlerOutcome::Retry => AckKind::Nak,
         HandlerOutcome::RetryAfter(delay) if delay.is_zero() => AckKind::Nak,
         HandlerOutcome::RetryAfter(delay) => AckKind::NakAfter(delay),
@@ -488,6 +498,7 @@ fn decide_core(outcome: &HandlerOutcome, facts: &Facts) -> Decision {
     let (after, settle) = match *outcome {
         HandlerOutcome::Ack => return Decision::settle(Settle::Unsupported(AckKind::Ack)),
         HandlerOutcome::Drop => return Decision::settle(Settle::Unsupported(AckKind::Term)),
+        HandlerOutcome::DeadLetter => return end_for_good(facts),
         // At most once: without a cap a plain retry brings nothing back.
         HandlerOutcome::Retry if facts.max_attempts.is_none() => {
             return Decision::settle(Settle::Unsupported(AckKind::Nak));

@@ -62,6 +62,7 @@ pub fn outcome_label(handled: &Handled) -> &'static str {
         Handled::Outcome(HandlerOutcome::Retry) => "retry",
         Handled::Outcome(HandlerOutcome::RetryAfter(_)) => "retry_after",
         Handled::Outcome(HandlerOutcome::Drop) => "drop",
+        Handled::Outcome(HandlerOutcome::DeadLetter) => "dead_letter",
         Handled::Undecodable(_) => "undecodable",
         Handled::Panicked(_) => "panicked",
         Handled::TimedOut(_) => "timed_out",
@@ -72,11 +73,12 @@ pub fn outcome_label(handled: &Handled) -> &'static str {
     }
 }
 
-const OUTCOMES: [&str; 11] = [
+const OUTCOMES: [&str; 12] = [
     "ack",
     "retry",
     "retry_after",
     "drop",
+    "dead_letter",
     "undecodable",
     "panicked",
     "timed_out",

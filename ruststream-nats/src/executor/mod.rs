@@ -377,6 +377,14 @@ impl Executor {
             );
         }
         match handled {
+            Handled::Outcome(ruststream::HandlerOutcome::DeadLetter) if !decision.dead_letter => {
+                tracing::error!(
+                    registration = %self.registration,
+                    subject = delivery.subject(),
+                    attempt = delivery.attempt().get(),
+                    "the handler answered dead_letter() and the registration declares no dead-letter subject: the message is dropped; add `.dead_letter(\"subject\")` at the mount site to keep it"
+                );
+            }
             Handled::Outcome(_) => {}
             Handled::Undecodable(error) => tracing::warn!(
                 registration = %self.registration,

@@ -36,7 +36,9 @@ pub(crate) fn incoming_capped(
     } = raw;
     match model {
         DeliveryModel::JetStream => {
-            let mut delivery = Delivery::new(subject, payload).with_headers(headers);
+            let mut delivery = Delivery::new(subject, payload)
+                .with_headers(headers)
+                .with_max_attempts(cap);
             // Read by the transport already, as a rule (the pull reads it to check that a
             // message is its consumer's delivery); read here otherwise.
             match jetstream.or_else(|| reply.as_deref().and_then(JetStreamInfo::parse)) {
@@ -65,7 +67,8 @@ pub(crate) fn incoming_capped(
             let delivery = Delivery::new(subject, payload)
                 .with_headers(headers)
                 .with_reply(reply.map(Arc::from))
-                .with_attempt(attempt);
+                .with_attempt(attempt)
+                .with_max_attempts(cap);
             Incoming {
                 delivery,
                 ack_subject: None,
@@ -214,6 +217,42 @@ mod tests {
         let bad: Headers = [(RETRY_COUNT_HEADER, "two")].into_iter().collect();
         let malformed = incoming(raw(None, bad), DeliveryModel::Core, "r");
         assert_eq!(malformed.delivery.attempt().get(), 1);
+    }
+
+    #[test]
+    fn a_delivery_says_whether_the_cap_allows_another_attempt() {
+        let cap = NonZeroU32::new(3);
+        let jetstream = |delivered: u32| {
+            let reply = format!("$JS.ACK.ORDERS.worker.{delivered}.10.12.1700000000000000000.0");
+            incoming_capped(
+                raw(Some(&reply), Headers::new()),
+                DeliveryModel::JetStream,
+                "worker",
+                cap,
+            )
+            .delivery
+        };
+        assert!(!jetstream(2).is_last_attempt());
+        assert!(jetstream(3).is_last_attempt());
+        assert_eq!(jetstream(3).max_attempts(), cap);
+
+        let core = |count: Option<&str>| {
+            let headers: Headers = count.map(|c| (RETRY_COUNT_HEADER, c)).into_iter().collect();
+            incoming_capped(raw(None, headers), DeliveryModel::Core, "r", cap).delivery
+        };
+        assert!(!core(None).is_last_attempt());
+        assert!(core(Some("2")).is_last_attempt());
+
+        // Without a cap no attempt is the last one.
+        let uncapped = incoming(
+            raw(
+                Some("$JS.ACK.ORDERS.worker.9.10.12.1700000000000000000.0"),
+                Headers::new(),
+            ),
+            DeliveryModel::JetStream,
+            "worker",
+        );
+        assert!(!uncapped.delivery.is_last_attempt());
     }
 
     #[test]

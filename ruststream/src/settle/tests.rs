@@ -756,6 +756,62 @@ fn unpublishable_outputs() {
     ]);
 }
 
+/// API.md, "Connection and outcomes": `dead_letter()` ends the delivery now, on any attempt,
+/// and publishes it to the dead-letter subject (JetStream: `+TERM` after the publish; Core: the
+/// publish); without a dead-letter subject it drops the message (`+TERM` on JetStream).
+#[test]
+fn the_handler_chooses_the_dead_letter() {
+    use AckKind::*;
+    let dead = O::dead_letter();
+    check(&[
+        row(
+            "dead_letter(), JetStream, first of three → the dead-letter publish, then +TERM",
+            jetstream(1).with_cap(cap(3)).with_dead_letter(),
+            dead.clone(),
+            dead_letter_then(Settle::Send(Term)),
+        ),
+        row(
+            "dead_letter(), JetStream, no cap → the dead-letter publish, then +TERM",
+            jetstream(1).with_dead_letter(),
+            dead.clone(),
+            dead_letter_then(Settle::Send(Term)),
+        ),
+        row(
+            "dead_letter(), JetStream, at the cap → as a retry at the cap",
+            jetstream(3).with_cap(cap(3)).with_dead_letter(),
+            dead.clone(),
+            decide(
+                &O::retry(),
+                &jetstream(3).with_cap(cap(3)).with_dead_letter(),
+            ),
+        ),
+        row(
+            "dead_letter(), JetStream, no dead-letter subject → +TERM",
+            jetstream(1).with_cap(cap(3)),
+            dead.clone(),
+            send(Term),
+        ),
+        row(
+            "dead_letter(), Core, first of three → the dead-letter publish, no copy",
+            core(1).with_cap(cap(3)).with_dead_letter(),
+            dead.clone(),
+            dead_letter_then(Settle::Nothing),
+        ),
+        row(
+            "dead_letter(), Core pattern without a copy target → the dead-letter publish",
+            core_without_target(1).with_dead_letter(),
+            dead.clone(),
+            dead_letter_then(Settle::Nothing),
+        ),
+        row(
+            "dead_letter(), Core, no dead-letter subject → let go",
+            core(2).with_cap(cap(3)),
+            dead,
+            nothing(),
+        ),
+    ]);
+}
+
 /// Runs a handler that always answers `outcome` on a fresh delivery, following the way the
 /// message comes back (a `-NAK` redelivery, or a Core copy), and returns how often the handler
 /// ran and the last decision. Stops after `limit` runs.
@@ -820,6 +876,7 @@ fn any_outcome() -> impl Strategy<Value = HandlerOutcome> {
         Just(O::retry()),
         any_delay().prop_map(O::retry_after),
         Just(O::drop()),
+        Just(O::dead_letter()),
     ]
 }
 
@@ -866,9 +923,13 @@ proptest! {
     }
 
     #[test]
-    fn below_the_cap_nothing_is_dead_lettered(outcome in any_outcome(), facts in any_facts()) {
+    fn below_the_cap_only_the_handler_asks_for_a_dead_letter(
+        outcome in any_outcome(),
+        facts in any_facts(),
+    ) {
         prop_assume!(!facts.is_at_cap());
-        prop_assert!(!decide(&outcome, &facts).is_dead_letter());
+        let asked = outcome == O::dead_letter() && facts.dead_letter;
+        prop_assert_eq!(decide(&outcome, &facts).is_dead_letter(), asked);
     }
 
     #[test]
@@ -950,7 +1011,7 @@ proptest! {
         let decision = decide(&outcome, &facts);
         if decision.dead_letter {
             prop_assert!(facts.dead_letter);
-            prop_assert!(outcome.is_retry());
+            prop_assert!(outcome.is_retry() || outcome == O::dead_letter());
             prop_assert_eq!(decision.copy, None);
             if facts.model == DeliveryModel::JetStream {
                 prop_assert_eq!(decision.settle, Settle::Send(AckKind::Term));
@@ -963,6 +1024,19 @@ proptest! {
         let outcome = if drop { O::drop() } else { O::ack() };
         let bare = Facts::new(facts.model, NonZeroU32::MIN);
         prop_assert_eq!(decide(&outcome, &facts), decide(&outcome, &bare));
+    }
+
+    #[test]
+    fn dead_letter_ignores_the_cap_and_ends_as_a_retry_at_the_cap(facts in any_facts()) {
+        let decision = decide(&O::dead_letter(), &facts);
+        let bare = Facts::new(facts.model, NonZeroU32::MIN);
+        prop_assert_eq!(decision, decide(&O::dead_letter(), &Facts { dead_letter: facts.dead_letter, ..bare }));
+        prop_assert!(!decision.brings_back());
+        prop_assert_eq!(decision.dead_letter, facts.dead_letter);
+        // The end a delayed retry meets at the cap, on either model.
+        let at_cap = Facts { max_attempts: Some(facts.attempt), ..facts };
+        prop_assert_eq!(decision, decide(&O::retry_after(D), &at_cap));
+        prop_assert_eq!(decision, decide_unpublishable(&facts));
     }
 
     #[test]
