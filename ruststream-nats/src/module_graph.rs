@@ -1,5 +1,6 @@
 //! The module graph of the workspace's library crates has no cycle (docs/architecture.md, "How
-//! this is checked"): a test, not a script beside the repository.
+//! this is checked"), and no library file grows past 500 lines without saying why: tests, not
+//! scripts beside the repository.
 //!
 //! Each top-level module of a crate (`app`, `registration`, `source`: a file and everything
 //! under its directory) is one node. An edge goes from a node to the node a path in its files
@@ -389,6 +390,57 @@ fn no_library_crate_has_a_cycle_between_its_top_level_modules() {
         "module cycles (give the shared part its own module, or let the dependency run one way):\n{}",
         found.join("\n")
     );
+}
+
+/// The longest a library file may be without saying why at its top.
+const MAX_LINES: usize = 500;
+
+/// The files of `files` over [`MAX_LINES`] whose first lines do not say why they are longer
+/// (a comment naming "500 lines" there); test files are left out.
+fn long_without_reason(files: &Files) -> Vec<String> {
+    files
+        .iter()
+        .filter(|(file, _)| module_of(file).is_some())
+        .filter(|(_, text)| text.lines().count() > MAX_LINES)
+        .filter(|(_, text)| {
+            !text
+                .lines()
+                .take(8)
+                .any(|line| line.trim_start().starts_with("//") && line.contains("500 lines"))
+        })
+        .map(|(file, text)| format!("{file} ({} lines)", text.lines().count()))
+        .collect()
+}
+
+#[test]
+fn every_library_file_is_short_or_says_why() {
+    let mut found = Vec::new();
+    for krate in CRATES {
+        let files = read_crate(&workspace().join(krate));
+        found.extend(
+            long_without_reason(&files)
+                .into_iter()
+                .map(|file| format!("{krate}/{file}")),
+        );
+    }
+    assert!(
+        found.is_empty(),
+        "library files over {MAX_LINES} lines: split each by responsibility, or say at its top why \
+         it is one piece (a comment naming \"500 lines\" in its first lines):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_length_rule_reads_the_reason_and_skips_tests() {
+    let long = "fn f() {}\n".repeat(MAX_LINES + 1);
+    let files = synthetic(&[
+        ("a.rs", &long),
+        ("b.rs", &format!("// Over 500 lines: one table.\n{long}")),
+        ("c/tests.rs", &long),
+        ("d.rs", "fn short() {}\n"),
+    ]);
+    assert_eq!(long_without_reason(&files), ["a.rs (501 lines)"]);
 }
 
 fn synthetic(files: &[(&str, &str)]) -> Files {

@@ -51,12 +51,13 @@ use futures::{FutureExt, StreamExt};
 use ruststream::__private::panic_message;
 use ruststream::Endpoint;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-use tokio::task::{JoinError, JoinSet};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use self::handling::Unit;
 pub(crate) use self::incoming::incoming_capped;
 pub(crate) use self::progress::{Progress, Resume};
+use self::stopping::{joined, stop_sent, stopping};
 use crate::JetStreamInfo;
 use crate::executor::{Executor, Incoming};
 use crate::publish::{AwaitedRequest, NatsPublisher};
@@ -491,33 +492,5 @@ where
             });
             Err(deadline)
         }
-    }
-}
-
-/// Logs a handler task that panicked outside the handler (the handler's own panics are caught
-/// and settled).
-fn joined(registration: &str, result: Result<(), JoinError>) {
-    if let Err(err) = result
-        && err.is_panic()
-    {
-        tracing::error!(registration, %err, "settling a delivery panicked");
-    }
-}
-
-/// Whether `watch`'s value, read now, is a stop (or the broker is gone), marking its version
-/// seen: a stop sent after this moves the version again. Out of the busy loop's way: it runs
-/// once per change of the signal.
-#[cold]
-#[inline(never)]
-fn stop_sent(watch: &mut StopSignal) -> bool {
-    watch.has_changed().is_err() || watch.borrow_and_update().is_some()
-}
-
-/// Resolves with the drain deadline once the broker is stopping (at once when the broker is
-/// gone).
-async fn stopping(mut stop: StopSignal) -> Instant {
-    match stop.wait_for(Option::is_some).await {
-        Ok(deadline) => deadline.unwrap_or_else(Instant::now),
-        Err(_) => Instant::now(),
     }
 }

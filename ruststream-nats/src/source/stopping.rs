@@ -16,12 +16,12 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use ruststream::settle::DeliveryModel;
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
 
-use super::Source;
 use super::handling::Unit;
 use super::lanes::Lanes;
+use super::{Source, StopSignal};
 use crate::executor::Incoming;
 
 /// How long before the drain deadline the source stops starting the deliveries it still holds
@@ -140,5 +140,33 @@ impl Source {
         if model == DeliveryModel::JetStream {
             self.executor.release(&incoming).await;
         }
+    }
+}
+
+/// Logs a handler task that panicked outside the handler (the handler's own panics are caught
+/// and settled).
+pub(super) fn joined(registration: &str, result: Result<(), JoinError>) {
+    if let Err(err) = result
+        && err.is_panic()
+    {
+        tracing::error!(registration, %err, "settling a delivery panicked");
+    }
+}
+
+/// Whether `watch`'s value, read now, is a stop (or the broker is gone), marking its version
+/// seen: a stop sent after this moves the version again. Out of the busy loop's way: it runs
+/// once per change of the signal.
+#[cold]
+#[inline(never)]
+pub(super) fn stop_sent(watch: &mut StopSignal) -> bool {
+    watch.has_changed().is_err() || watch.borrow_and_update().is_some()
+}
+
+/// Resolves with the drain deadline once the broker is stopping (at once when the broker is
+/// gone).
+pub(super) async fn stopping(mut stop: StopSignal) -> Instant {
+    match stop.wait_for(Option::is_some).await {
+        Ok(deadline) => deadline.unwrap_or_else(Instant::now),
+        Err(_) => Instant::now(),
     }
 }

@@ -1,3 +1,6 @@
+// Over 500 lines: the one `Transport` impl for async-nats is about 400 of them, and a trait impl
+// is one block; what is not that impl lives in the files the module docs list.
+
 //! The production transport: one async-nats client, for Core NATS and JetStream.
 //!
 //! A subscription or a pull consumer is read in the runtime's own task, straight from the
