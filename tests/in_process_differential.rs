@@ -1,0 +1,276 @@
+//! The in-process NATS proven by generated cases: sequences of operations (stored publishes with
+//! and without message ids and expectations, fetches, every settlement, waits past ack_wait,
+//! consumers created and deleted, key-value writes) run on the emulation and on a real
+//! nats-server, and everything a client could observe compared. A difference shrinks to a
+//! minimal case, printed one operation a line, with both servers' observations.
+//!
+//! One nats-server for the whole run, a stream and a bucket of their own for each case. 24
+//! cases by default; `RUSTSTREAM_DIFF_CASES=5000` runs more (docs/testing.md, "The differential
+//! test", lists the differences found and how each was settled).
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use ruststream_nats::testing::InProcessNats;
+use ruststream_test_server::NatsServer;
+use support::differential::known::{Version, blank_filtered_stream_positions, normalise};
+use support::differential::run::{Names, run};
+use support::differential::server::{Live, Server};
+use support::differential::{Case, Expect, How, Op, Subject, cases};
+
+/// Cases per run unless `RUSTSTREAM_DIFF_CASES` says otherwise.
+const DEFAULT_CASES: u32 = 24;
+/// The most operations of a case.
+const MAX_OPS: usize = 12;
+
+/// Runs `case` on the in-process NATS, on a paused clock of its own.
+fn in_process(n: u64, case: &Case) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a paused runtime");
+    runtime.block_on(async {
+        let server = Server::InProcess(InProcessNats::new());
+        run(&server, Names::new(n), case).await
+    })
+}
+
+/// Both logs, the first line that differs marked.
+fn differences(ours: &[String], theirs: &[String]) -> Option<String> {
+    if ours == theirs {
+        return None;
+    }
+    let first = (0..ours.len().max(theirs.len()))
+        .find(|&i| ours.get(i) != theirs.get(i))?;
+    let mut out = format!(
+        "the in-process NATS and {} differ at line {first}:\n",
+        NatsServer::version()
+    );
+    for i in 0..ours.len().max(theirs.len()) {
+        let a = ours.get(i).map_or("", String::as_str);
+        let b = theirs.get(i).map_or("", String::as_str);
+        let mark = if i == first { ">>" } else { "  " };
+        if a == b {
+            out.push_str(&format!("{mark} {a}\n"));
+        } else {
+            out.push_str(&format!("{mark} in process: {a}\n{mark} real:       {b}\n"));
+        }
+    }
+    Some(out)
+}
+
+/// The known differences (docs/testing.md) that changed a line in this test binary's runs.
+static USED: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+
+/// Runs `case` on both servers and compares what a client saw, each known difference of the
+/// real server's version left out.
+fn compare(live: &Server, runtime: &tokio::runtime::Runtime, n: u64, case: &Case) -> Option<String> {
+    let version = Version::parse(&NatsServer::version());
+    let (ours, used_ours) = normalise(version, &in_process(n, case));
+    let (theirs, used_theirs) = normalise(version, &runtime.block_on(run(live, Names::new(n), case)));
+    let mut used = USED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    used.extend(used_ours.into_iter().chain(used_theirs));
+    differences(&ours, &theirs)
+}
+
+/// A real server and the runtime its clients live on, for one test.
+fn live() -> (tokio::runtime::Runtime, Server) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime for the real server's clients");
+    let live = runtime.block_on(Live::start());
+    (runtime, Server::Live(live))
+}
+
+/// Case numbers (stream and bucket names) unique on the one real server of a test binary.
+static CASE: AtomicU64 = AtomicU64::new(1);
+
+fn next_case() -> u64 {
+    CASE.fetch_add(1, Ordering::Relaxed)
+}
+
+#[test]
+fn generated_cases_observe_the_same_on_the_in_process_nats_and_a_real_server() {
+    let cases_wanted = std::env::var("RUSTSTREAM_DIFF_CASES")
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("RUSTSTREAM_DIFF_CASES={v} is not a number"))
+        })
+        .unwrap_or(DEFAULT_CASES);
+    let (runtime, server) = live();
+    let mut runner = TestRunner::new(Config {
+        cases: cases_wanted,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&cases(MAX_OPS), |case| {
+        match compare(&server, &runtime, next_case(), &case) {
+            Some(diff) => Err(TestCaseError::fail(diff)),
+            None => Ok(()),
+        }
+    });
+    eprintln!(
+        "{} cases on {}; known differences left out: {:?}",
+        cases_wanted,
+        NatsServer::version(),
+        USED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    );
+    match result {
+        Ok(()) => {}
+        Err(TestError::Fail(why, case)) => {
+            panic!("minimal case: {case:?}\n{why}")
+        }
+        Err(TestError::Abort(why)) => panic!("the run stopped: {why}"),
+    }
+}
+
+/// Runs a pinned case on both servers and fails with both logs when they differ.
+fn pinned(ops: Vec<Op>) {
+    let (runtime, server) = live();
+    let case = Case(ops);
+    if let Some(diff) = compare(&server, &runtime, next_case(), &case) {
+        panic!("case: {case:?}\n{diff}");
+    }
+}
+
+/// Each kind of operation once, in an order where each has something to act on: the
+/// generator's vocabulary, checked on every run whatever it draws.
+#[test]
+fn every_kind_of_operation_observes_the_same() {
+    pinned(vec![
+        Op::Publish {
+            subject: Subject::A,
+            id: Some(0),
+            expect: Expect::Nothing,
+        },
+        Op::Publish {
+            subject: Subject::B,
+            id: Some(0),
+            expect: Expect::Nothing,
+        },
+        Op::Publish {
+            subject: Subject::B,
+            id: None,
+            expect: Expect::LastSeq(1),
+        },
+        Op::Fetch {
+            consumer: 0,
+            batch: 3,
+        },
+        Op::Settle {
+            consumer: 0,
+            pick: 0,
+            how: How::Nak,
+        },
+        Op::Settle {
+            consumer: 0,
+            pick: 0,
+            how: How::NakDelay(20),
+        },
+        Op::Settle {
+            consumer: 0,
+            pick: 0,
+            how: How::Wpi,
+        },
+        Op::Fetch {
+            consumer: 0,
+            batch: 3,
+        },
+        Op::Settle {
+            consumer: 0,
+            pick: 1,
+            how: How::Term,
+        },
+        Op::Settle {
+            consumer: 0,
+            pick: 0,
+            how: How::Ack,
+        },
+        Op::WaitAckWait,
+        Op::Fetch {
+            consumer: 0,
+            batch: 3,
+        },
+        Op::Fetch {
+            consumer: 1,
+            batch: 2,
+        },
+        Op::DeleteConsumer { consumer: 1 },
+        Op::Fetch {
+            consumer: 1,
+            batch: 1,
+        },
+        Op::CreateConsumer { consumer: 1 },
+        Op::Fetch {
+            consumer: 1,
+            batch: 1,
+        },
+        Op::KvCreate { key: 0, value: 1 },
+        Op::KvCreate { key: 0, value: 2 },
+        Op::KvUpdate {
+            key: 0,
+            value: 3,
+            offset: 0,
+        },
+        Op::KvUpdate {
+            key: 0,
+            value: 4,
+            offset: -1,
+        },
+        Op::KvDelete { key: 0 },
+        Op::KvCreate { key: 0, value: 5 },
+    ]);
+}
+
+#[test]
+fn a_known_difference_blanks_only_what_it_names() {
+    let line = "    a: delivered=(1, 2) ack_pending=1 redelivered=0 pending=0 ack_floor=(0, 0)";
+    assert_eq!(
+        blank_filtered_stream_positions(line),
+        "    a: delivered=(1, *) ack_pending=1 redelivered=0 pending=0 ack_floor=(0, *)"
+    );
+    let other = "    all: delivered=(1, 2) ack_pending=1 redelivered=0 pending=0 ack_floor=(0, 0)";
+    assert_eq!(blank_filtered_stream_positions(other), other);
+    assert_eq!(Version::parse("nats-server: v2.9.10"), Version(2, 9, 10));
+    assert_eq!(Version::parse("nats-server: v2.15.1"), Version(2, 15, 1));
+}
+
+/// Found by the generated cases: a key-value update expecting revision 0 writes a key that
+/// holds no message (the server checks the key's last sequence, 0 when there is none); the
+/// in-process NATS refused it.
+#[test]
+fn an_update_expecting_revision_0_writes_a_key_never_written() {
+    pinned(vec![Op::KvUpdate {
+        key: 0,
+        value: 0,
+        offset: 0,
+    }]);
+}
+
+/// A delete leaves a tombstone that is the key's last message: an update expecting the
+/// tombstone's revision writes, one expecting the value's before it does not.
+#[test]
+fn an_update_after_a_delete_expects_the_tombstone_revision() {
+    pinned(vec![
+        Op::KvCreate { key: 0, value: 1 },
+        Op::KvDelete { key: 0 },
+        Op::KvUpdate {
+            key: 0,
+            value: 2,
+            offset: 0,
+        },
+        Op::KvUpdate {
+            key: 0,
+            value: 3,
+            offset: 1,
+        },
+    ]);
+}
