@@ -274,3 +274,76 @@ fn an_update_after_a_delete_expects_the_tombstone_revision() {
         },
     ]);
 }
+
+/// Found by the generated cases: the server checks `Nats-Expected-Stream` before it looks for a
+/// duplicate, so a repeated message id expecting another stream is refused, not acknowledged
+/// as a duplicate.
+#[test]
+fn a_wrong_expected_stream_is_refused_before_the_duplicate_check() {
+    pinned(vec![
+        Op::Publish {
+            subject: Subject::A,
+            id: Some(2),
+            expect: Expect::Nothing,
+        },
+        Op::Publish {
+            subject: Subject::A,
+            id: Some(2),
+            expect: Expect::Stream { right: false },
+        },
+    ]);
+}
+
+/// Found by the generated cases: an empty `Nats-Expected-Last-Msg-Id` expects nothing (the
+/// server skips an empty expectation); the in-process NATS compared it with the last id.
+#[test]
+fn an_empty_expected_last_msg_id_expects_nothing() {
+    pinned(vec![
+        Op::Publish {
+            subject: Subject::A,
+            id: Some(0),
+            expect: Expect::Nothing,
+        },
+        Op::Publish {
+            subject: Subject::A,
+            id: None,
+            expect: Expect::LastMsgId(None),
+        },
+    ]);
+}
+
+/// A repeated message id with a wrong `Nats-Expected-Last-Sequence`: nats-server 2.9 answers
+/// with the duplicate (it looks for one first), 2.10 and later refuse it (they check every
+/// expectation first); the in-process NATS follows the current server.
+#[test]
+fn a_duplicate_with_a_wrong_expected_last_sequence() {
+    pinned(vec![
+        Op::Publish {
+            subject: Subject::A,
+            id: Some(1),
+            expect: Expect::Nothing,
+        },
+        Op::Publish {
+            subject: Subject::A,
+            id: Some(1),
+            expect: Expect::LastSeq(2),
+        },
+    ]);
+}
+
+/// As [`a_duplicate_with_a_wrong_expected_last_sequence`], with `Nats-Expected-Last-Msg-Id`.
+#[test]
+fn a_duplicate_with_a_wrong_expected_last_msg_id() {
+    pinned(vec![
+        Op::Publish {
+            subject: Subject::A,
+            id: Some(1),
+            expect: Expect::Nothing,
+        },
+        Op::Publish {
+            subject: Subject::A,
+            id: Some(1),
+            expect: Expect::LastMsgId(Some(2)),
+        },
+    ]);
+}
