@@ -45,8 +45,7 @@ fn differences(ours: &[String], theirs: &[String]) -> Option<String> {
     if ours == theirs {
         return None;
     }
-    let first = (0..ours.len().max(theirs.len()))
-        .find(|&i| ours.get(i) != theirs.get(i))?;
+    let first = (0..ours.len().max(theirs.len())).find(|&i| ours.get(i) != theirs.get(i))?;
     let mut out = format!(
         "the in-process NATS and {} differ at line {first}:\n",
         NatsServer::version()
@@ -69,11 +68,19 @@ static USED: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
 
 /// Runs `case` on both servers and compares what a client saw, each known difference of the
 /// real server's version left out.
-fn compare(live: &Server, runtime: &tokio::runtime::Runtime, n: u64, case: &Case) -> Option<String> {
+fn compare(
+    live: &Server,
+    runtime: &tokio::runtime::Runtime,
+    n: u64,
+    case: &Case,
+) -> Option<String> {
     let version = Version::parse(&NatsServer::version());
     let (ours, used_ours) = normalise(version, &in_process(n, case));
-    let (theirs, used_theirs) = normalise(version, &runtime.block_on(run(live, Names::new(n), case)));
-    let mut used = USED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (theirs, used_theirs) =
+        normalise(version, &runtime.block_on(run(live, Names::new(n), case)));
+    let mut used = USED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     used.extend(used_ours.into_iter().chain(used_theirs));
     differences(&ours, &theirs)
 }
@@ -86,7 +93,7 @@ fn live() -> (tokio::runtime::Runtime, Server) {
         .build()
         .expect("a runtime for the real server's clients");
     let live = runtime.block_on(Live::start());
-    (runtime, Server::Live(live))
+    (runtime, Server::Live(Box::new(live)))
 }
 
 /// Case numbers (stream and bucket names) unique on the one real server of a test binary.
@@ -121,7 +128,8 @@ fn generated_cases_observe_the_same_on_the_in_process_nats_and_a_real_server() {
         "{} cases on {}; known differences left out: {:?}",
         cases_wanted,
         NatsServer::version(),
-        USED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        USED.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     );
     match result {
         Ok(()) => {}

@@ -50,7 +50,9 @@ impl Subject {
 pub enum Expect {
     Nothing,
     /// `Nats-Expected-Stream`: the case's stream, or another name.
-    Stream { right: bool },
+    Stream {
+        right: bool,
+    },
     /// `Nats-Expected-Last-Sequence`.
     LastSeq(u64),
     /// `Nats-Expected-Last-Msg-Id`: `m<n>`, or empty.
@@ -95,19 +97,39 @@ pub enum Op {
         expect: Expect,
     },
     /// One pull request of up to `batch` messages, expiring after [`FETCH_EXPIRES`].
-    Fetch { consumer: u8, batch: u8 },
+    Fetch {
+        consumer: u8,
+        batch: u8,
+    },
     /// Settles delivery number `pick` (modulo how many) of those the consumer's fetches handed
     /// over and nothing settled for good yet, as a confirmed acknowledgement.
-    Settle { consumer: u8, pick: u8, how: How },
+    Settle {
+        consumer: u8,
+        pick: u8,
+        how: How,
+    },
     /// Waits until every ack_wait started so far ran out.
     WaitAckWait,
-    CreateConsumer { consumer: u8 },
-    DeleteConsumer { consumer: u8 },
+    CreateConsumer {
+        consumer: u8,
+    },
+    DeleteConsumer {
+        consumer: u8,
+    },
     /// Writes `v<value>` to a key that holds none.
-    KvCreate { key: u8, value: u8 },
+    KvCreate {
+        key: u8,
+        value: u8,
+    },
     /// Writes `v<value>` to a key expecting its last revision seen plus `offset`.
-    KvUpdate { key: u8, value: u8, offset: i8 },
-    KvDelete { key: u8 },
+    KvUpdate {
+        key: u8,
+        value: u8,
+        offset: i8,
+    },
+    KvDelete {
+        key: u8,
+    },
 }
 
 impl fmt::Display for Op {
@@ -125,7 +147,11 @@ impl fmt::Display for Op {
                 match expect {
                     Expect::Nothing => Ok(()),
                     Expect::Stream { right } => {
-                        write!(f, " expect-stream={}", if *right { "ours" } else { "other" })
+                        write!(
+                            f,
+                            " expect-stream={}",
+                            if *right { "ours" } else { "other" }
+                        )
                     }
                     Expect::LastSeq(n) => write!(f, " expect-last-seq={n}"),
                     Expect::LastMsgId(Some(id)) => write!(f, " expect-last-id=m{id}"),
@@ -135,8 +161,17 @@ impl fmt::Display for Op {
             Self::Fetch { consumer, batch } => {
                 write!(f, "fetch {} batch={batch}", consumer_name(*consumer))
             }
-            Self::Settle { consumer, pick, how } => {
-                write!(f, "settle {} #{pick} {}", consumer_name(*consumer), how.wire())
+            Self::Settle {
+                consumer,
+                pick,
+                how,
+            } => {
+                write!(
+                    f,
+                    "settle {} #{pick} {}",
+                    consumer_name(*consumer),
+                    how.wire()
+                )
             }
             Self::WaitAckWait => f.write_str("wait past ack_wait"),
             Self::CreateConsumer { consumer } => {

@@ -54,7 +54,8 @@ pub const KNOWN: &[Known] = &[
 /// the answer to a publish with both a message id and an expected last sequence.
 pub fn blank_duplicate_or_refusal(op: &str, line: &str) -> String {
     let answer = line.trim_start();
-    let publish = op.contains(". publish ") && op.contains(" id=") && op.contains("expect-last-seq=");
+    let publish =
+        op.contains(". publish ") && op.contains(" id=") && op.contains("expect-last-seq=");
     let either = answer.ends_with("(duplicate)") || answer == "-> refused: Expectation";
     if publish && either {
         "    -> (a duplicate, or refused: the servers differ)".to_owned()

@@ -97,20 +97,19 @@ impl Interpreter<'_> {
         })
         .await
         .expect("declare the case's stream");
-        wire.kv_bucket(self.names.bucket.clone(), std::time::Duration::from_secs(3600))
-            .await
-            .expect("declare the case's bucket");
+        wire.kv_bucket(
+            self.names.bucket.clone(),
+            std::time::Duration::from_secs(3600),
+        )
+        .await
+        .expect("declare the case's bucket");
         for c in 0..2 {
             self.create(c).await;
         }
     }
 
     async fn create(&mut self, c: u8) {
-        let spec = spec(
-            &self.names.stream,
-            consumer_name(c),
-            &self.names.filter(c),
-        );
+        let spec = spec(&self.names.stream, consumer_name(c), &self.names.filter(c));
         let created = self.server.create_consumer(&spec).await;
         self.note(format!("-> {}", outcome(&created)));
     }
@@ -123,7 +122,11 @@ impl Interpreter<'_> {
                 expect,
             } => self.publish(i, subject.token(), id, expect).await,
             Op::Fetch { consumer, batch } => self.fetch(consumer, batch).await,
-            Op::Settle { consumer, pick, how } => self.settle(consumer, pick, how).await,
+            Op::Settle {
+                consumer,
+                pick,
+                how,
+            } => self.settle(consumer, pick, how).await,
             Op::WaitAckWait => {
                 if let Some(from) = self.ack_wait_from.take() {
                     tokio::time::sleep_until(from + ACK_WAIT + MARGIN).await;
@@ -143,7 +146,11 @@ impl Interpreter<'_> {
                 let created = self
                     .server
                     .wire()
-                    .kv_create(self.names.bucket.clone(), format!("k{key}"), value_of(value))
+                    .kv_create(
+                        self.names.bucket.clone(),
+                        format!("k{key}"),
+                        value_of(value),
+                    )
                     .await;
                 self.kv_answer(key, created.map_err(|e| format!("{:?}", e.kind)))
                     .await;

@@ -41,7 +41,7 @@ pub struct StreamState {
 /// A server the interpreter runs a case on.
 pub enum Server {
     InProcess(InProcessNats),
-    Live(Live),
+    Live(Box<Live>),
 }
 
 /// A real nats-server, one for a whole run, and the two clients of the test: the transport
@@ -158,9 +158,7 @@ impl Server {
                 let mut got = Vec::new();
                 // Past the expiry: the server ends the request and the client the batch.
                 let end = tokio::time::Instant::now() + FETCH_EXPIRES + Duration::from_secs(5);
-                while let Ok(Some(message)) =
-                    tokio::time::timeout_at(end, messages.next()).await
-                {
+                while let Ok(Some(message)) = tokio::time::timeout_at(end, messages.next()).await {
                     let message = message.expect("a delivery of the fetch");
                     got.push(Delivery {
                         subject: message.subject.to_string(),
