@@ -176,17 +176,17 @@ fn every_kind_of_operation_observes_the_same() {
         Op::Settle {
             consumer: 0,
             pick: 0,
+            how: How::Wpi,
+        },
+        Op::Settle {
+            consumer: 0,
+            pick: 0,
             how: How::Nak,
         },
         Op::Settle {
             consumer: 0,
             pick: 0,
             how: How::NakDelay(20),
-        },
-        Op::Settle {
-            consumer: 0,
-            pick: 0,
-            how: How::Wpi,
         },
         Op::Fetch {
             consumer: 0,

@@ -2,21 +2,28 @@
 //! could observe: each operation's answer (PubAcks, deliveries with their counts, settlement
 //! and key-value answers, errors by kind), then the stream's and each consumer's info.
 //!
-//! Time: the in-process NATS runs on a paused clock, the real server on the real one. The
-//! interpreter never lets an operation race a timer: before a fetch it waits until every
-//! `-NAK` delay it asked for is over, and "wait past ack_wait" waits until the last ack_wait it
-//! started (a fetch that delivered, a `+WPI`) has run out. Neither is observable before the
-//! next pull (`consumer info` shows a delivery due again only once it is redelivered), so
-//! these waits are on the deadlines the case itself set, plus [`MARGIN`].
+//! Time: the in-process NATS runs on a paused clock, the real server on the real one, which
+//! also counts the time the operations take. The interpreter never lets an operation race a
+//! timer, so that both servers see each timer run out between the same two operations:
+//!
+//! - it keeps its own clock, the time the case waited on purpose (a fetch's expiry, the waits
+//!   below), the same on both servers, and decides on it alone;
+//! - before an operation that comes within [`GUARD`] of an ack_wait the case started (a fetch
+//!   that delivered, a `+WPI`), it waits until that ack_wait ran out, plus [`MARGIN`];
+//! - before a fetch it waits until every `-NAK` delay it asked for is over, plus [`MARGIN`];
+//! - "wait past ack_wait" waits until every ack_wait it started ran out, plus [`MARGIN`].
+//!
+//! A delivery due again is not observable before the next pull (`consumer info` shows it only
+//! once it is redelivered), so these waits are on the deadlines the case itself set.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ruststream::Headers;
-use tokio::time::Instant;
 
 use super::server::{Delivery, Server, spec};
-use super::{ACK_WAIT, Case, Expect, How, MARGIN, Op, consumer_name};
+use super::{ACK_WAIT, Case, Expect, FETCH_EXPIRES, How, MARGIN, Op, consumer_name};
 use crate::support::fidelity::Reply;
 
 /// Names of one case: its stream `DIFF<n>` storing `diff<n>.a` and `diff<n>.b`, its bucket
@@ -47,6 +54,10 @@ impl Names {
 
 const KEYS: u8 = 3;
 
+/// How close to an ack_wait running out no operation starts: longer than a fetch's expiry
+/// plus what the operations of a case take on the real clock.
+pub const GUARD: Duration = Duration::from_millis(500);
+
 struct Interpreter<'a> {
     server: &'a Server,
     names: Names,
@@ -55,10 +66,13 @@ struct Interpreter<'a> {
     hands: [Vec<Delivery>; 2],
     /// The last revision each key was seen at.
     revisions: BTreeMap<u8, u64>,
-    /// When the last ack_wait started.
-    ack_wait_from: Option<Instant>,
-    /// When the last `-NAK` delay ends.
-    delays_end: Option<Instant>,
+    /// The time the case waited on purpose, the same on both servers.
+    clock: Duration,
+    /// When each ack_wait the case started runs out, at the earliest and at the latest (a
+    /// fetch delivers somewhere within its expiry), on [`Interpreter::clock`].
+    deadlines: Vec<(Duration, Duration)>,
+    /// When each `-NAK` delay ends, on [`Interpreter::clock`].
+    delays: Vec<Duration>,
 }
 
 /// Runs `case` on `server` under `names`; the observations, a line each.
@@ -69,12 +83,19 @@ pub async fn run(server: &Server, names: Names, case: &Case) -> Vec<String> {
         log: Vec::new(),
         hands: [Vec::new(), Vec::new()],
         revisions: BTreeMap::new(),
-        ack_wait_from: None,
-        delays_end: None,
+        clock: Duration::ZERO,
+        deadlines: Vec::new(),
+        delays: Vec::new(),
     };
     it.setup().await;
     for (i, op) in case.0.iter().enumerate() {
         it.log.push(format!("{i:>2}. {op}"));
+        if matches!(op, Op::Fetch { .. })
+            && let Some(end) = it.delays.drain(..).max()
+        {
+            it.pass(end + MARGIN).await;
+        }
+        it.clear_of_deadlines().await;
         it.step(i, op).await;
         it.snapshot().await;
     }
@@ -84,6 +105,34 @@ pub async fn run(server: &Server, names: Names, case: &Case) -> Vec<String> {
 impl Interpreter<'_> {
     fn note(&mut self, line: String) {
         self.log.push(format!("    {line}"));
+    }
+
+    /// Waits until the interpreter's clock reads `to`.
+    async fn pass(&mut self, to: Duration) {
+        if to > self.clock {
+            tokio::time::sleep(to - self.clock).await;
+            self.clock = to;
+        }
+    }
+
+    /// Waits past every ack_wait that would run out within [`GUARD`] from now.
+    async fn clear_of_deadlines(&mut self) {
+        loop {
+            let clock = self.clock;
+            let near = self
+                .deadlines
+                .iter()
+                .filter(|(earliest, _)| clock + GUARD >= *earliest)
+                .map(|(_, latest)| *latest + MARGIN)
+                .max();
+            let Some(to) = near else {
+                return;
+            };
+            self.pass(to).await;
+            let clock = self.clock;
+            self.deadlines
+                .retain(|(_, latest)| *latest + MARGIN > clock);
+        }
     }
 
     async fn setup(&mut self) {
@@ -128,8 +177,8 @@ impl Interpreter<'_> {
                 how,
             } => self.settle(consumer, pick, how).await,
             Op::WaitAckWait => {
-                if let Some(from) = self.ack_wait_from.take() {
-                    tokio::time::sleep_until(from + ACK_WAIT + MARGIN).await;
+                if let Some(latest) = self.deadlines.drain(..).map(|(_, l)| l).max() {
+                    self.pass(latest + MARGIN).await;
                 }
             }
             Op::CreateConsumer { consumer } => self.create(consumer).await,
@@ -230,9 +279,7 @@ impl Interpreter<'_> {
     }
 
     async fn fetch(&mut self, c: u8, batch: u8) {
-        if let Some(end) = self.delays_end.take() {
-            tokio::time::sleep_until(end + MARGIN).await;
-        }
+        let start = self.clock;
         let got = self
             .server
             .fetch(&self.names.stream, consumer_name(c), usize::from(batch))
@@ -241,8 +288,13 @@ impl Interpreter<'_> {
             self.note("-> no such consumer".to_owned());
             return;
         };
+        if got.len() < usize::from(batch) {
+            // The request waited out its expiry on both servers.
+            self.clock += FETCH_EXPIRES;
+        }
         if !got.is_empty() {
-            self.ack_wait_from = Some(Instant::now());
+            self.deadlines
+                .push((start + ACK_WAIT, self.clock + ACK_WAIT));
         }
         for d in &got {
             let r = Reply::of_subject(&d.reply);
@@ -269,13 +321,10 @@ impl Interpreter<'_> {
         } else {
             hand.remove(at)
         };
-        let now = Instant::now();
+        let now = self.clock;
         match how {
-            How::Wpi => self.ack_wait_from = Some(now),
-            How::NakDelay(ms) => {
-                let end = now + std::time::Duration::from_millis(ms);
-                self.delays_end = Some(self.delays_end.map_or(end, |e| e.max(end)));
-            }
+            How::Wpi => self.deadlines.push((now + ACK_WAIT, now + ACK_WAIT)),
+            How::NakDelay(ms) => self.delays.push(now + Duration::from_millis(ms)),
             _ => {}
         }
         let r = Reply::of_subject(&delivery.reply);
