@@ -11,13 +11,16 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use ruststream_nats::testing::InProcessNats;
 use ruststream_test_server::NatsServer;
-use support::differential::known::{Version, blank_filtered_stream_positions, normalise};
+use support::differential::known::{
+    Version, blank_duplicate_or_refusal, blank_filtered_stream_positions,
+    blank_pending_after_update, normalise,
+};
 use support::differential::run::{Names, run};
 use support::differential::server::{Live, Server};
 use support::differential::{Case, Expect, How, Op, Subject, cases};
@@ -66,6 +69,12 @@ fn differences(ours: &[String], theirs: &[String]) -> Option<String> {
 /// The known differences (docs/testing.md) that changed a line in this test binary's runs.
 static USED: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
 
+/// The real server's version, asked once.
+fn server_version() -> Version {
+    static VERSION: OnceLock<Version> = OnceLock::new();
+    *VERSION.get_or_init(|| Version::parse(&NatsServer::version()))
+}
+
 /// Runs `case` on both servers and compares what a client saw, each known difference of the
 /// real server's version left out.
 fn compare(
@@ -74,7 +83,7 @@ fn compare(
     n: u64,
     case: &Case,
 ) -> Option<String> {
-    let version = Version::parse(&NatsServer::version());
+    let version = server_version();
     let (ours, used_ours) = normalise(version, &in_process(n, case));
     let (theirs, used_theirs) =
         normalise(version, &runtime.block_on(run(live, Names::new(n), case)));
@@ -247,6 +256,41 @@ fn a_known_difference_blanks_only_what_it_names() {
     );
     let other = "    all: delivered=(1, 2) ack_pending=1 redelivered=0 pending=0 ack_floor=(0, 0)";
     assert_eq!(blank_filtered_stream_positions(other), other);
+    let op = " 1. publish a id=m1 expect-last-seq=2";
+    let blanked = "    -> (a duplicate, or refused: the servers differ)";
+    assert_eq!(
+        blank_duplicate_or_refusal(op, "    -> stored in DIFF1 at 1 (duplicate)"),
+        blanked
+    );
+    assert_eq!(
+        blank_duplicate_or_refusal(op, "    -> refused: Expectation"),
+        blanked
+    );
+    let stored = "    -> stored in DIFF1 at 2";
+    assert_eq!(blank_duplicate_or_refusal(op, stored), stored);
+    let no_id = " 1. publish a expect-last-seq=2";
+    let refused = "    -> refused: Expectation";
+    assert_eq!(blank_duplicate_or_refusal(no_id, refused), refused);
+    let ops = [
+        " 7. create consumer all".to_owned(),
+        " 8. fetch all batch=2".to_owned(),
+    ];
+    assert_eq!(
+        blank_pending_after_update(
+            &ops,
+            "    all: delivered=(2, 2) ack_pending=2 redelivered=0 pending=3 ack_floor=(0, 0)"
+        ),
+        "    all: delivered=(2, 2) ack_pending=2 redelivered=0 pending=* ack_floor=(0, 0)"
+    );
+    assert_eq!(
+        blank_pending_after_update(
+            &ops,
+            "    -> diff1.b p0 delivered=1 stream_seq=1 consumer_seq=1 pending=2"
+        ),
+        "    -> diff1.b p0 delivered=1 stream_seq=1 consumer_seq=1 pending=*"
+    );
+    let other = "    a: delivered=(0, 0) ack_pending=0 redelivered=0 pending=1 ack_floor=(0, 0)";
+    assert_eq!(blank_pending_after_update(&ops, other), other);
     assert_eq!(Version::parse("nats-server: v2.9.10"), Version(2, 9, 10));
     assert_eq!(Version::parse("nats-server: v2.15.1"), Version(2, 15, 1));
 }
@@ -352,6 +396,42 @@ fn a_duplicate_with_a_wrong_expected_last_msg_id() {
             subject: Subject::A,
             id: Some(1),
             expect: Expect::LastMsgId(Some(2)),
+        },
+    ]);
+}
+
+/// The case in which nats-server 2.9 once reported a `num_pending` one too high after the
+/// consumer was created over itself (`num-pending-after-consumer-update`, docs/testing.md).
+#[test]
+fn a_publish_after_a_consumer_is_created_over_itself() {
+    let publish = |subject, id, expect| Op::Publish {
+        subject,
+        id,
+        expect,
+    };
+    pinned(vec![
+        publish(Subject::B, None, Expect::Nothing),
+        publish(Subject::B, Some(1), Expect::LastMsgId(Some(2))),
+        publish(Subject::B, Some(1), Expect::Stream { right: true }),
+        Op::KvDelete { key: 1 },
+        publish(Subject::A, None, Expect::Nothing),
+        Op::WaitAckWait,
+        Op::Fetch {
+            consumer: 0,
+            batch: 2,
+        },
+        Op::CreateConsumer { consumer: 0 },
+        publish(Subject::B, Some(1), Expect::LastSeq(4)),
+        publish(Subject::B, Some(0), Expect::Nothing),
+        Op::KvUpdate {
+            key: 0,
+            value: 5,
+            offset: 1,
+        },
+        Op::Settle {
+            consumer: 0,
+            pick: 3,
+            how: How::Term,
         },
     ]);
 }

@@ -29,9 +29,9 @@ pub struct Known {
     pub name: &'static str,
     /// Whether the real server of this version behaves so.
     pub applies: fn(Version) -> bool,
-    /// An observation line (after the operation line given) with the differing part blanked
-    /// out; the same line when it has none.
-    pub blank: fn(&str, &str) -> String,
+    /// An observation line with the differing part blanked out (the same line when it has
+    /// none), given the operation lines so far (the last one is the line's own).
+    pub blank: fn(&[String], &str) -> String,
 }
 
 /// Every known difference.
@@ -44,9 +44,46 @@ pub const KNOWN: &[Known] = &[
     Known {
         name: "duplicate-before-expected-last-sequence (nats-server 2.9)",
         applies: |v| v < Version(2, 10, 0),
-        blank: blank_duplicate_or_refusal,
+        blank: |ops, line| blank_duplicate_or_refusal(ops.last().map_or("", String::as_str), line),
+    },
+    Known {
+        name: "num-pending-after-consumer-update (nats-server 2.9)",
+        applies: |v| v < Version(2, 10, 0),
+        blank: blank_pending_after_update,
     },
 ];
+
+/// nats-server 2.9 can count a message published after a durable consumer was created over
+/// itself (an update with the same configuration) twice in its `num_pending`, for a while:
+/// seen once in 2 000 cases, and not again while that case shrank. Blanks the pending
+/// count (in `consumer info` and in the acknowledgement subjects of its fetches) of a consumer
+/// created during the case.
+pub fn blank_pending_after_update(ops: &[String], line: &str) -> String {
+    for consumer in ["all", "a"] {
+        let created = ops
+            .iter()
+            .any(|op| op.ends_with(&format!(". create consumer {consumer}")));
+        let info = line
+            .trim_start()
+            .starts_with(&format!("{consumer}: delivered="));
+        let fetch = ops
+            .last()
+            .is_some_and(|op| op.contains(&format!(". fetch {consumer} ")))
+            && line.contains(" delivered=")
+            && line.trim_start().starts_with("-> ");
+        if created && (info || fetch) {
+            return match line.split_once(" pending=") {
+                Some((before, after)) => {
+                    let rest = after.split_once(' ').map_or("", |(_, r)| r);
+                    let sep = if rest.is_empty() { "" } else { " " };
+                    format!("{before} pending=*{sep}{rest}")
+                }
+                None => line.to_owned(),
+            };
+        }
+    }
+    line.to_owned()
+}
 
 /// nats-server 2.9 looks for a duplicate before it checks `Nats-Expected-Last-Sequence`, so a
 /// repeated message id with a wrong expected sequence is acknowledged as the duplicate; the
@@ -92,17 +129,17 @@ pub fn blank_filtered_stream_positions(line: &str) -> String {
 /// changed a line (to print with a run, so that none goes unnoticed).
 pub fn normalise(version: Version, log: &[String]) -> (Vec<String>, Vec<&'static str>) {
     let mut used = Vec::new();
-    let mut op = String::new();
+    let mut ops: Vec<String> = Vec::new();
     let out = log
         .iter()
         .map(|line| {
             if !line.starts_with("    ") {
-                op.clone_from(line);
+                ops.push(line.clone());
                 return line.clone();
             }
             let mut line = line.clone();
             for known in KNOWN.iter().filter(|k| (k.applies)(version)) {
-                let blanked = (known.blank)(&op, &line);
+                let blanked = (known.blank)(&ops, &line);
                 if blanked != line && !used.contains(&known.name) {
                     used.push(known.name);
                 }
