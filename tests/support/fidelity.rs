@@ -310,7 +310,11 @@ impl Reply {
     /// Reads `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>` (or the v2
     /// form with a domain and an account hash).
     pub fn of(message: &RawMessage) -> Self {
-        let reply = message.reply.as_deref().expect("a reply subject");
+        Self::of_subject(message.reply.as_deref().expect("a reply subject"))
+    }
+
+    /// [`Reply::of`] an acknowledgement subject.
+    pub fn of_subject(reply: &str) -> Self {
         let tokens: Vec<&str> = reply.split('.').collect();
         assert!(
             tokens.len() >= 9 && tokens[0] == "$JS" && tokens[1] == "ACK",

@@ -4,6 +4,7 @@
 //!
 //! - [`nats`]: a real server, a client to ask it, an app started on it, a scripted handler;
 //! - [`fidelity`]: one test body run on the in-process NATS and on a real nats-server;
+//! - [`differential`]: generated operations run on both, and what a client saw compared;
 //! - [`examples`]: an example's unchanged `app()` on a real nats-server;
 //! - [`scale`]: a cluster, services as child processes, the server's view of a consumer;
 //! - [`security`]: every log line of the binary, to look for a secret in;
@@ -18,6 +19,7 @@
 
 #![allow(dead_code, unused_imports)]
 
+pub mod differential;
 pub mod examples;
 pub mod fidelity;
 pub mod kv;

@@ -1,6 +1,7 @@
-//! Key-value buckets, as JetStream keeps them: one value per key (history 1), a revision from
-//! one sequence per bucket, a value older than the bucket's `max_age` gone; create-if-absent
-//! and compare-and-set on the last revision. Ages are on tokio's clock.
+//! Key-value buckets, as JetStream keeps them: one message per key (history 1), a revision from
+//! one sequence per bucket, a message older than the bucket's `max_age` gone; create-if-absent
+//! and compare-and-set on the key's last message, which a delete's tombstone is (and 0 when the
+//! key has none). Ages are on tokio's clock.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -18,24 +19,32 @@ struct Bucket {
     max_age: Duration,
     /// The last revision handed out (a delete takes one too, as its tombstone does).
     sequence: u64,
+    /// Each key's last message: a value, or a delete's tombstone.
     values: HashMap<String, Value>,
 }
 
 struct Value {
-    value: Bytes,
+    /// `None` for a tombstone.
+    value: Option<Bytes>,
     revision: u64,
     written: Instant,
 }
 
 impl Bucket {
-    /// The live value of `key`: `None` when never written, deleted, or past `max_age`.
-    fn live(&self, key: &str) -> Option<&Value> {
+    /// The last message of `key` the bucket still holds (not past `max_age`).
+    fn last(&self, key: &str) -> Option<&Value> {
         self.values
             .get(key)
             .filter(|v| self.max_age.is_zero() || v.written.elapsed() < self.max_age)
     }
 
-    fn write(&mut self, key: String, value: Bytes) -> u64 {
+    /// The live value of `key`: `None` when never written, deleted, or past `max_age`.
+    fn live(&self, key: &str) -> Option<(&Bytes, &Value)> {
+        self.last(key)
+            .and_then(|v| v.value.as_ref().map(|value| (value, v)))
+    }
+
+    fn write(&mut self, key: String, value: Option<Bytes>) -> u64 {
         self.sequence += 1;
         self.values.insert(
             key,
@@ -91,8 +100,8 @@ impl Buckets {
     pub(super) fn get(&self, bucket: &str, key: &str) -> Result<Option<KvEntry>, TransportError> {
         check_key(bucket, key)?;
         self.with(bucket, |b| {
-            Ok(b.live(key).map(|v| KvEntry {
-                value: v.value.clone(),
+            Ok(b.live(key).map(|(value, v)| KvEntry {
+                value: value.clone(),
                 revision: v.revision,
                 age: v.written.elapsed(),
             }))
@@ -110,7 +119,7 @@ impl Buckets {
             if b.live(key).is_some() {
                 return Ok(None);
             }
-            Ok(Some(b.write(key.to_owned(), value)))
+            Ok(Some(b.write(key.to_owned(), Some(value))))
         })
     }
 
@@ -123,20 +132,19 @@ impl Buckets {
     ) -> Result<Option<u64>, TransportError> {
         check_key(bucket, key)?;
         self.with(bucket, |b| {
-            // As on the server: the expected revision is the key's last message, gone once it
-            // expired.
-            if b.live(key).map(|v| v.revision) != Some(revision) {
+            // As on the server: the expected revision is the key's last message (a tombstone
+            // too), 0 when it has none (never written, or expired).
+            if b.last(key).map_or(0, |v| v.revision) != revision {
                 return Ok(None);
             }
-            Ok(Some(b.write(key.to_owned(), value)))
+            Ok(Some(b.write(key.to_owned(), Some(value))))
         })
     }
 
     pub(super) fn delete(&self, bucket: &str, key: &str) -> Result<(), TransportError> {
         check_key(bucket, key)?;
         self.with(bucket, |b| {
-            b.sequence += 1;
-            b.values.remove(key);
+            b.write(key.to_owned(), None);
             Ok(())
         })
     }

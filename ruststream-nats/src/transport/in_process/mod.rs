@@ -22,9 +22,11 @@
 //! This file holds the handle and its `Transport` methods; `state/` the server's state and
 //! rules, `feed.rs` how the runtime reads and stops a subscription or pull (and the timer
 //! driver), `checks.rs` what is refused before anything happens, `kv.rs` key-value buckets,
-//! `facts.rs` what a test reads back.
+//! `facts.rs` what a test reads back, `direct.rs` what a test does besides (create,
+//! delete and fetch from a consumer).
 
 mod checks;
+mod direct;
 mod facts;
 mod feed;
 mod kv;

@@ -34,8 +34,10 @@ impl State {
         };
         match kind {
             AckWire::Ack | AckWire::Term => {
+                let first_dseq = pending.first_dseq;
                 consumer.pending.remove(&seq);
                 consumer.redeliver.retain(|s| *s != seq);
+                consumer.settled(seq, first_dseq);
             }
             AckWire::Nak(Some(delay)) => {
                 pending.state = PendingState::Held { until: now + delay };

@@ -40,12 +40,17 @@ pub(super) struct Consumer {
     pub(super) redeliver: VecDeque<u64>,
     pub(super) pulls: Vec<Pull>,
     pub(super) pull_cursor: usize,
+    /// The last (consumer sequence, stream sequence) below which everything is settled, as the
+    /// server moves it.
+    pub(super) ack_floor: (u64, u64),
 }
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Pending {
     /// How many times the message was delivered.
     pub(super) delivered: u64,
+    /// The consumer sequence of its first delivery (the ack floor counts by it).
+    pub(super) first_dseq: u64,
     pub(super) state: PendingState,
 }
 
@@ -76,6 +81,19 @@ impl State {
         spec: &ConsumerSpec,
         tx: UnboundedSender<RawMessage>,
     ) -> Result<(String, u64), TransportError> {
+        let name = self.open_consumer(spec)?;
+        let id = self
+            .add_pull(&spec.stream, &name, tx, spec.batch)
+            .unwrap_or_default();
+        Ok((name, id))
+    }
+
+    /// Gets, creates or updates (ack_wait, max_ack_pending) the consumer of `spec`, without
+    /// a pull; returns its name. A durable whose filter or deliver policy differs is refused.
+    pub(in crate::transport::in_process) fn open_consumer(
+        &mut self,
+        spec: &ConsumerSpec,
+    ) -> Result<String, TransportError> {
         let name = match &spec.durable {
             Some(name) => name.clone(),
             None => {
@@ -83,7 +101,6 @@ impl State {
                 format!("EPHEMERAL{n:06}")
             }
         };
-        let id = self.id();
         let Some(stream) = self.streams.get_mut(&spec.stream) else {
             return Err(TransportError::new(
                 TransportErrorKind::StreamNotFound,
@@ -140,17 +157,54 @@ impl State {
         }
         if let Some(consumer) = stream.consumers.get_mut(&name) {
             consumer.durable = spec.durable.is_some();
-            consumer.pulls.push(Pull {
-                id,
-                tx,
-                batch: spec.batch.max(1),
-                buffered: 0,
-            });
         }
         self.activity += 1;
-        let stream_name = spec.stream.clone();
-        self.pump_stream(&stream_name);
-        Ok((name, id))
+        Ok(name)
+    }
+
+    /// Adds a pull of up to `batch` messages at a time to consumer `name` of `stream` and
+    /// delivers what it can take; the pull's id, or `None` without such a consumer.
+    pub(in crate::transport::in_process) fn add_pull(
+        &mut self,
+        stream: &str,
+        name: &str,
+        tx: UnboundedSender<RawMessage>,
+        batch: usize,
+    ) -> Option<u64> {
+        let id = self.id();
+        let consumer = self.streams.get_mut(stream)?.consumers.get_mut(name)?;
+        consumer.pulls.push(Pull {
+            id,
+            tx,
+            batch: batch.max(1),
+            buffered: 0,
+        });
+        self.activity += 1;
+        self.pump_stream(stream);
+        Some(id)
+    }
+
+    /// Deletes consumer `name` of `stream` (its pulls end); false without one.
+    pub(in crate::transport::in_process) fn delete_consumer(
+        &mut self,
+        stream: &str,
+        name: &str,
+    ) -> bool {
+        self.activity += 1;
+        self.streams
+            .get_mut(stream)
+            .and_then(|s| s.consumers.remove(name))
+            .is_some()
+    }
+
+    /// The ack floor of consumer `name` of `stream`: (consumer sequence, stream sequence).
+    pub(in crate::transport::in_process) fn ack_floor(
+        &self,
+        stream: &str,
+        name: &str,
+    ) -> Option<(u64, u64)> {
+        let c = self.streams.get(stream)?.consumers.get(name)?;
+        Some(c.ack_floor)
     }
 
     pub(in crate::transport::in_process) fn consumer_info(
@@ -239,6 +293,21 @@ impl Consumer {
             redeliver: VecDeque::new(),
             pulls: Vec::new(),
             pull_cursor: 0,
+            ack_floor: (0, next_seq.saturating_sub(1)),
+        }
+    }
+
+    /// Moves the ack floor past stream sequence `sseq`, first delivered as consumer sequence
+    /// `dseq`, just settled for good (`+ACK`, `+TERM`): to the last delivery when nothing else
+    /// waits, else over `sseq` when it was the next above the floor, up to the next waiting one.
+    pub(super) fn settled(&mut self, sseq: u64, dseq: u64) {
+        if self.pending.is_empty() {
+            self.ack_floor = (self.dseq, self.next_seq.saturating_sub(1));
+        } else if dseq == self.ack_floor.0 + 1 {
+            self.ack_floor = (dseq, sseq);
+            if let Some((next, p)) = self.pending.range(sseq + 1..self.next_seq).next() {
+                self.ack_floor = (p.first_dseq.saturating_sub(1), next - 1);
+            }
         }
     }
 
@@ -300,10 +369,12 @@ impl Consumer {
                 continue;
             };
             self.dseq += 1;
+            let first_dseq = self.pending.get(&seq).map_or(self.dseq, |p| p.first_dseq);
             self.pending.insert(
                 seq,
                 Pending {
                     delivered,
+                    first_dseq,
                     state: PendingState::Out {
                         deadline: now + self.ack_wait,
                     },
