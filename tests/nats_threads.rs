@@ -159,7 +159,10 @@ async fn requests_are_answered_while_every_thread_computes(wire: &AppWire, crunc
     }
     // Both threads are computing, and stay so until released: no clock needed to wait.
     let mut started = crunch.started.subscribe();
-    started.wait_for(|n| *n >= 2).await.expect("the handler runs");
+    started
+        .wait_for(|n| *n >= 2)
+        .await
+        .expect("the handler runs");
 
     // Answered while both calls still compute: the app's runtime was never held by them.
     for n in 0..5 {
@@ -171,7 +174,11 @@ async fn requests_are_answered_while_every_thread_computes(wire: &AppWire, crunc
         0,
         "every answer came while the CPU-bound calls were still computing"
     );
-    assert_eq!(*crunch.started.borrow(), 2, "two threads, two calls at once");
+    assert_eq!(
+        *crunch.started.borrow(),
+        2,
+        "two threads, two calls at once"
+    );
 
     crunch.hold.store(false, Ordering::SeqCst);
     wire.wait_until(|w| w.acks(STREAM, "crunch").len() as u64 >= JOBS)
@@ -203,8 +210,14 @@ async fn requests_are_answered_while_every_thread_computes(wire: &AppWire, crunc
 
 async fn a_panic_on_the_threads_is_a_handler_panic(wire: &AppWire, crunch: &Crunch) {
     crunch.hold.store(false, Ordering::SeqCst);
-    wire.publish("work.crunch", &Job { id: 7, panics: true })
-        .await;
+    wire.publish(
+        "work.crunch",
+        &Job {
+            id: 7,
+            panics: true,
+        },
+    )
+    .await;
     wire.wait_until(|w| w.acks(STREAM, "crunch").iter().any(|a| a == "+ACK"))
         .await;
     wire.quiet().await;
@@ -274,7 +287,10 @@ async fn threads_are_refused_where_they_would_idle_or_cannot_run() {
         .threads(two());
     })
     .await;
-    assert!(batch.contains("threads run single handlers only"), "{batch}");
+    assert!(
+        batch.contains("threads run single handlers only"),
+        "{batch}"
+    );
 }
 
 fn nonzero_usize(n: usize) -> NonZeroUsize {

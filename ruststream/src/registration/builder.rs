@@ -167,7 +167,7 @@ impl<S> Registration<S> {
     /// and this one's settlements, go on meanwhile. Decoding, the layers, the handler and what
     /// it publishes run there; the timeout and the settlement stay on the app's runtime. The
     /// concurrency must be at least `threads` (checked at startup). Single handlers only.
-    /// Shown in `describe`. See `docs/handlers.md`.
+    /// Shown in `describe`. See `docs/consumers.md`.
     pub fn threads(&mut self, threads: NonZeroUsize) -> &mut Self {
         self.policy.threads = Some(threads);
         self

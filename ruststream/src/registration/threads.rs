@@ -84,9 +84,8 @@ impl Pool {
             return stopped();
         }
         let _cancel_on_drop = CancelOnDrop(cancel);
-        let current_thread = tokio::runtime::Handle::try_current().is_ok_and(|h| {
-            h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
-        });
+        let current_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread);
         let handled = if current_thread {
             tokio::task::spawn_blocking(move || result.blocking_recv())
                 .await
@@ -208,7 +207,10 @@ mod tests {
         assert!(waited.is_err(), "the call cannot have finished");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while pool.workers[0].busy.load(Ordering::Relaxed) != 0 {
-            assert!(std::time::Instant::now() < deadline, "the call was not cancelled");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the call was not cancelled"
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert!(!finished.load(Ordering::SeqCst));
