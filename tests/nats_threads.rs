@@ -2,7 +2,8 @@
 //! async registration of the same app answers requests while every one of those calls is still
 //! computing. Run with the same bodies on `TestApp` (NATS in process, paused clock) and on a
 //! real nats-server; each asserts what the server saw. Also: a panic on those threads is a
-//! handler panic, what the startup checks refuse, and what `describe` shows.
+//! handler panic, `.by_key(..)` lanes keep their order on them, what the startup checks
+//! refuse, and what `describe` shows.
 
 mod support;
 
@@ -311,4 +312,105 @@ fn describe_shows_the_threads() {
         notes.contains(&"handler on 2 threads of its own".to_owned()),
         "{notes:?}"
     );
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Keyed {
+    key: u32,
+    seq: u32,
+}
+
+/// Each call's (key, seq, thread), in the order the calls started.
+#[derive(Clone, Default)]
+struct Calls(Arc<Mutex<Vec<(u32, u32, String)>>>);
+
+impl Handle<Keyed> for Calls {
+    async fn handle(
+        &self,
+        keyed: &Keyed,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_owned();
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((keyed.key, keyed.seq, thread));
+        busy(Duration::from_millis(2), &AtomicBool::new(false));
+        Ok(())
+    }
+}
+
+const KEYS: u32 = 4;
+const PER_KEY: u32 = 6;
+
+fn keyed_app(calls: &Calls, url: &str) -> impl App + use<> {
+    let calls = calls.clone();
+    RustStream::new(AppInfo::new("render", "0.1.0")).with_broker(NatsBroker::new(url), |b| {
+        b.include(
+            JetStreamSubject::new("work.keyed", STREAM)
+                .durable("keyed")
+                .handler(calls.clone()),
+        )
+        .name("keyed")
+        .concurrency(nonzero_usize(4))
+        .threads(two())
+        .by_key(|keyed: &Keyed| keyed.key);
+    })
+}
+
+/// `.threads(n).by_key(..)`: the lanes keep each key's messages in order, and every call runs
+/// on the registration's threads.
+async fn each_key_in_order_on_the_threads(wire: &AppWire, calls: &Calls) {
+    for seq in 0..PER_KEY {
+        for key in 0..KEYS {
+            wire.publish("work.keyed", &Keyed { key, seq }).await;
+        }
+    }
+    let total = u64::from(KEYS * PER_KEY);
+    wire.wait_until(|w| w.acks(STREAM, "keyed").len() as u64 >= total)
+        .await;
+    wire.quiet().await;
+    let calls = calls
+        .0
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    for key in 0..KEYS {
+        let seqs: Vec<u32> = calls
+            .iter()
+            .filter(|(k, _, _)| *k == key)
+            .map(|(_, s, _)| *s)
+            .collect();
+        assert_eq!(seqs, (0..PER_KEY).collect::<Vec<_>>(), "key {key} in order");
+    }
+    assert!(
+        calls
+            .iter()
+            .all(|(_, _, t)| t == "keyed-0" || t == "keyed-1"),
+        "every call on the registration's threads: {calls:?}"
+    );
+    assert_eq!(
+        wire.consumer_info(STREAM, "keyed").await,
+        ConsumerFacts::new(total, total, 0, 0, 0),
+        "each delivered once, all acknowledged"
+    );
+    wire.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_key_in_order_on_the_threads_in_process() {
+    let calls = Calls::default();
+    let wire = AppWire::in_process(|url| keyed_app(&calls, url)).await;
+    each_key_in_order_on_the_threads(&wire, &calls).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_key_in_order_on_the_threads_live() {
+    let calls = Calls::default();
+    let wire = AppWire::live(|url| keyed_app(&calls, url)).await;
+    each_key_in_order_on_the_threads(&wire, &calls).await;
 }
