@@ -301,6 +301,11 @@ fn nonzero_usize(n: usize) -> NonZeroUsize {
 #[test]
 fn describe_shows_the_threads() {
     let app = crunch_app(&Crunch::default(), "nats://127.0.0.1:1");
+    let table = ruststream::app::cli::describe(&app);
+    assert!(table.contains("handler on 2 threads of its own"), "{table}");
+    let json = ruststream::app::cli::describe_json(&app);
+    assert_eq!(json["registrations"][0]["threads"], 2);
+    assert!(json["registrations"][1]["threads"].is_null(), "{json}");
     let crunch = app
         .registrations()
         .into_iter()
