@@ -152,6 +152,7 @@ macro_rules! in_process_and_live {
 
 in_process_and_live!(requests_are_answered_while_every_thread_computes);
 in_process_and_live!(a_panic_on_the_threads_is_a_handler_panic);
+in_process_and_live!(a_stop_waits_for_the_calls_on_the_threads);
 
 async fn requests_are_answered_while_every_thread_computes(wire: &AppWire, crunch: &Crunch) {
     for id in 0..JOBS as u32 {
@@ -232,6 +233,36 @@ async fn a_panic_on_the_threads_is_a_handler_panic(wire: &AppWire, crunch: &Crun
         "delivered twice, acknowledged"
     );
     wire.shutdown().await;
+}
+
+async fn a_stop_waits_for_the_calls_on_the_threads(wire: &AppWire, crunch: &Crunch) {
+    for id in 0..2 {
+        wire.publish("work.crunch", &Job { id, panics: false })
+            .await;
+    }
+    let mut started = crunch.started.subscribe();
+    started
+        .wait_for(|n| *n >= 2)
+        .await
+        .expect("the handler runs");
+    assert_eq!(crunch.finished.load(Ordering::SeqCst), 0, "both held");
+    // The calls are released only once the stop has begun: it waits for them.
+    let release = async {
+        tokio::task::yield_now().await;
+        crunch.hold.store(false, Ordering::SeqCst);
+    };
+    tokio::join!(wire.shutdown(), release);
+    assert_eq!(crunch.finished.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        wire.acks(STREAM, "crunch"),
+        vec!["+ACK"; 2],
+        "both settled by the drain"
+    );
+    assert_eq!(
+        wire.consumer_info(STREAM, "crunch").await,
+        ConsumerFacts::new(2, 2, 0, 0, 0),
+        "delivered once each, acknowledged"
+    );
 }
 
 /// A batch handler, for the startup check.
