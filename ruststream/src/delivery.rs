@@ -89,7 +89,7 @@ impl<N: Into<Arc<str>>, V: Into<Arc<str>>> FromIterator<(N, V)> for Headers {
 
 /// Typed values a broker attaches to a delivery (a stream sequence, a consumer name), read with
 /// [`Delivery::extension`] or a broker's own [`Key`](crate::Key).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Extensions {
     // A broker attaches one or two per delivery: the first in place, the rest in a list,
     // searched in order (cheaper than hashing, and no allocation besides the value's own).
@@ -97,13 +97,14 @@ pub struct Extensions {
     more: Vec<Extension>,
 }
 
-type Extension = (TypeId, Box<dyn Any + Send + Sync>);
+// Shared, so that a delivery can be copied for a call on a registration's threads.
+type Extension = (TypeId, Arc<dyn Any + Send + Sync>);
 
 impl Extensions {
     /// Stores `value`, replacing one of the same type.
     pub fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
         let id = TypeId::of::<T>();
-        let value: Box<dyn Any + Send + Sync> = Box::new(value);
+        let value: Arc<dyn Any + Send + Sync> = Arc::new(value);
         if let Some((_, slot)) = self
             .first
             .iter_mut()
@@ -163,6 +164,22 @@ struct Parts {
 }
 
 impl Delivery {
+    /// A copy of this delivery, its extensions shared: what a call on a registration's threads
+    /// (`.threads(n)`) owns while the original stays with the broker.
+    pub(crate) fn duplicate(&self) -> Self {
+        let p = &*self.0;
+        Self(Box::new(Parts {
+            subject: Arc::clone(&p.subject),
+            payload: p.payload.clone(),
+            headers: p.headers.clone(),
+            reply: p.reply.clone(),
+            delivered: p.delivered,
+            attempt: p.attempt,
+            max_attempts: p.max_attempts,
+            extensions: p.extensions.clone(),
+        }))
+    }
+
     /// A delivery on `subject`, first attempt, no server-side count.
     // Inlined: a broker builds each delivery with these, which would otherwise move it
     // whole in and out of each call.

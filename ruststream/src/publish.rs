@@ -156,6 +156,13 @@ pub trait Publish: Send + Sync {
         None
     }
 
+    /// An owned handle on this publisher, for a handler call that runs on a registration's
+    /// threads (`.threads(n)`) while the broker keeps the publisher it lent. `None` by
+    /// default: such a registration's handler then runs on the app's runtime.
+    fn to_shared(&self) -> Option<Arc<dyn Publish>> {
+        None
+    }
+
     /// Sends `message` as a request and waits up to `timeout` for one response, whose payload
     /// it returns. The default cannot: an error of kind
     /// [`PublishErrorKind::Unsupported`].

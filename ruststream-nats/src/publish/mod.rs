@@ -457,6 +457,10 @@ impl Publish for NatsPublisher {
         Some(self)
     }
 
+    fn to_shared(&self) -> Option<Arc<dyn Publish>> {
+        Some(Arc::new(self.clone()))
+    }
+
     // Not asked by this publisher's own `publish_encoded` (`deliver` looks the stream up
     // itself); kept on purpose for a wrapper that forwards `publish_output` and `confirms`
     // here and keeps the default `publish_encoded`, whose response order it decides.

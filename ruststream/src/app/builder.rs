@@ -333,8 +333,12 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
                 let endpoints = regs
                     .into_iter()
                     .map(|r| r.bind(Arc::clone(&state), env.observer().cloned()))
-                    .collect();
-                match broker.start(endpoints, env.clone()).await {
+                    .collect::<Result<Vec<_>, _>>();
+                let started_broker = match endpoints {
+                    Ok(endpoints) => broker.start(endpoints, env.clone()).await,
+                    Err(err) => Err(err),
+                };
+                match started_broker {
                     Ok(running) => started.push(running),
                     Err(err) => {
                         for running in started {

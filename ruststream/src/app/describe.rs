@@ -105,6 +105,7 @@ pub fn describe_json<A: App>(app: &A) -> serde_json::Value {
                 "max_attempts": r.policy.max_attempts.map(|n| n.get()),
                 "concurrency": r.policy.concurrency.get(),
                 "lane_key": r.policy.lanes.as_ref().map(crate::registration::LaneKey::source),
+                "threads": r.policy.threads.map(|n| n.get()),
                 "batch": r.batch,
                 "batch_max_wait_ms": d.batch_max_wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
                 "dead_letter": r.policy.dead_letter,

@@ -161,6 +161,18 @@ impl<S> Registration<S> {
         self
     }
 
+    /// Runs the handler's calls on `threads` OS threads of this registration's own (named
+    /// `<registration>-<i>`, each with a current-thread tokio runtime), so that a handler that
+    /// computes for long does not hold a worker of the app's runtime: the other registrations,
+    /// and this one's settlements, go on meanwhile. Decoding, the layers, the handler and what
+    /// it publishes run there; the timeout and the settlement stay on the app's runtime. The
+    /// concurrency must be at least `threads` (checked at startup). Single handlers only.
+    /// Shown in `describe`. See `docs/consumers.md`.
+    pub fn threads(&mut self, threads: NonZeroUsize) -> &mut Self {
+        self.policy.threads = Some(threads);
+        self
+    }
+
     /// Cancels the handler when it runs longer than `limit` on one delivery (or one batch), and
     /// treats the delivery as `retry()` (under the cap, like a panic): a hung handler does not
     /// hold its slot, nor its message, forever. Shown in `describe`.
@@ -240,7 +252,9 @@ impl<S> Registration<S> {
             return Err(Error::new(ErrorKind::Config, reason.clone()));
         }
         self.check_idempotency()?;
-        self.check_lanes()
+        self.check_lanes()?;
+        let batch = matches!(self.handler, HandlerKind::Batch(_));
+        super::threads::check(&self.name, &self.policy, batch)
     }
 
     /// An error when the registration's ordering lanes cannot keep their promise.

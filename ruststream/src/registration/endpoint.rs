@@ -13,6 +13,7 @@ use super::descriptor::Descriptor;
 use super::info::RegistrationInfo;
 use super::inline::{Bound, InlineHandler, limited};
 use super::policy::Policy;
+use super::threads::Pool;
 use crate::codec::Format;
 use crate::delivery::Delivery;
 use crate::handled::Handled;
@@ -23,17 +24,25 @@ use crate::publish::Publish;
 use crate::settle::{self, Decision, Facts};
 
 impl<S: Send + Sync + 'static> Registration<S> {
-    pub(crate) fn bind(self, state: Arc<S>, observer: Option<Arc<dyn Observer>>) -> Endpoint {
+    pub(crate) fn bind(
+        self,
+        state: Arc<S>,
+        observer: Option<Arc<dyn Observer>>,
+    ) -> Result<Endpoint, crate::Error> {
         let info = self.info();
+        let pool = match self.policy.threads {
+            Some(threads) => Some(Arc::new(Pool::start(&self.name, threads)?)),
+            None => None,
+        };
         let codec = self.policy.codec.unwrap_or_default();
         let layers = self.layers.all();
         let name: Arc<str> = Arc::from(self.name);
         let mut inline: Option<Arc<BindInline>> = None;
         let handler = match self.handler {
             HandlerKind::Single(call) => {
-                if layers.is_empty() {
-                    // Without layers a broker may call the handler with its type known
-                    // throughout: see `inline_handler`.
+                if layers.is_empty() && pool.is_none() {
+                    // Without layers or threads a broker may call the handler with its type
+                    // known throughout: see `inline_handler`.
                     let (call, state, name) =
                         (Arc::clone(&call), Arc::clone(&state), Arc::clone(&name));
                     let timeout = self.policy.handler_timeout;
@@ -58,7 +67,7 @@ impl<S: Send + Sync + 'static> Registration<S> {
                 BoundHandler::Batch(crate::middleware::wrap_batch(f, &layers))
             }
         };
-        Endpoint {
+        Ok(Endpoint {
             name,
             inline,
             descriptor: self.descriptor,
@@ -67,7 +76,8 @@ impl<S: Send + Sync + 'static> Registration<S> {
             observer,
             idempotency_key: self.idempotency_key,
             codec,
-        }
+            pool,
+        })
     }
 }
 
@@ -97,6 +107,8 @@ pub struct Endpoint {
     observer: Option<Arc<dyn Observer>>,
     idempotency_key: Option<Arc<crate::idempotency::KeyFn>>,
     codec: Format,
+    /// The threads of `.threads(n)`, which the handler's calls run on.
+    pool: Option<Arc<Pool>>,
 }
 
 impl fmt::Debug for Endpoint {
@@ -250,13 +262,14 @@ impl Endpoint {
             _ if let Some(past_cap) = self.past_cap(delivery) => past_cap,
             // The middleware around the handler is guarded as the handler is.
             BoundHandler::Single(call) => {
-                match self
-                    .limited(guard_async(call.call(delivery, publisher, &self.name)))
-                    .await
-                {
-                    Ok(Ok(handled) | Err(handled)) => handled,
-                    Err(limit) => Handled::TimedOut(limit),
-                }
+                let called = match self.on_threads(call, delivery, publisher) {
+                    Some(pooled) => self.limited(pooled).await,
+                    None => {
+                        let call = guard_async(call.call(delivery, publisher, &self.name));
+                        self.limited(call).await.map(|r| r.unwrap_or_else(|h| h))
+                    }
+                };
+                called.unwrap_or_else(Handled::TimedOut)
             }
             BoundHandler::Batch(call) => {
                 let one = [delivery];
@@ -273,6 +286,28 @@ impl Endpoint {
             }
         };
         self.conclude(delivery, handled)
+    }
+
+    /// The call of a registration with threads, made to run there: it owns a copy of
+    /// `delivery` and a handle on `publisher`, guarded as a call in place is. `None` without
+    /// threads, or when the broker's publisher cannot be shared (the call then runs in place).
+    fn on_threads(
+        &self,
+        call: &Arc<crate::middleware::Single>,
+        delivery: &Delivery,
+        publisher: &dyn Publish,
+    ) -> Option<BoxFuture<'static, Handled>> {
+        let pool = Arc::clone(self.pool.as_ref()?);
+        let publisher = publisher.to_shared()?;
+        let (call, name) = (Arc::clone(call), Arc::clone(&self.name));
+        let delivery = delivery.duplicate();
+        Some(Box::pin(async move {
+            let call = async move {
+                let called = guard_async(call.call(&delivery, &*publisher, &name)).await;
+                called.unwrap_or_else(|panicked| panicked)
+            };
+            pool.run(call).await
+        }))
     }
 
     /// Runs a batch handler on `deliveries` and decides each one's settlement.

@@ -82,5 +82,8 @@ pub fn policy_notes(r: &RegistrationInfo) -> Vec<String> {
     if let Some(idempotency) = &p.idempotency {
         notes.push(idempotency.to_string());
     }
+    if let Some(threads) = p.threads {
+        notes.push(format!("handler on {threads} threads of its own"));
+    }
     notes
 }

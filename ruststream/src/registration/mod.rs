@@ -14,11 +14,12 @@
 //! | `builder.rs` | [`Registration`] and its chain (`.max_attempts(..)`, `.dead_letter(..)`, ..) |
 //! | `inline.rs` | a single handler's call with its type known: boxed per delivery, or [`InlineHandler`] |
 //! | `call.rs` | how a registration calls its handler: decode, context, panics caught |
+//! | `threads.rs` | the pool of `.threads(n)`: the handler's calls on threads of their own |
 //! | `endpoint.rs` | [`Endpoint`]: a registration bound to the app state, as a broker runs it |
 //! | `mount.rs` | [`Mount`], [`WithHandler`], [`WithDeliveryHandler`]: what `b.include(..)` takes |
 //!
 //! Dependencies run one way: `descriptor`, `lane_key` ← `policy`, `traced` ← `schemas` ← `info`
-//! ← `builder`, `inline` ← `call`, `endpoint`, `mount`.
+//! ← `builder`, `inline` ← `call`, `endpoint`, `mount`; `threads` ← `builder`, `endpoint`.
 
 mod builder;
 mod call;
@@ -30,6 +31,7 @@ mod lane_key;
 mod mount;
 mod policy;
 mod schemas;
+mod threads;
 mod traced;
 
 pub use self::builder::Registration;

@@ -89,6 +89,9 @@ pub struct Policy {
     /// The key of the ordering lanes (`.by_key(..)`): deliveries with one key are handled in
     /// order, different keys in parallel; `None`: no order between concurrent deliveries.
     pub lanes: Option<super::LaneKey>,
+    /// How many OS threads of the registration's own its handler calls run on
+    /// (`.threads(n)`); `None`: on the app's runtime.
+    pub threads: Option<NonZeroUsize>,
 }
 
 impl Default for Policy {
@@ -107,6 +110,7 @@ impl Default for Policy {
             on_error: OnFailure::Retry,
             idempotency: None,
             lanes: None,
+            threads: None,
         }
     }
 }

@@ -115,6 +115,26 @@ impl AppWire {
         }
     }
 
+    /// Sends `value` as JSON in a Core request to `subject` and decodes the JSON response;
+    /// panics when none came within [`PATIENCE`].
+    pub async fn request<T: Serialize, R: DeserializeOwned>(&self, subject: &str, value: &T) -> R {
+        match self {
+            Self::InProcess(t) => t
+                .request(subject, value, PATIENCE)
+                .await
+                .expect("a response in process"),
+            Self::Live(live) => {
+                let payload = serde_json::to_vec(value).expect("encode");
+                let asked = live.client.request(subject.to_owned(), payload.into());
+                let answer = tokio::time::timeout(PATIENCE, asked)
+                    .await
+                    .expect("a response within PATIENCE")
+                    .expect("a response");
+                serde_json::from_slice(&answer.payload).expect("a JSON response")
+            }
+        }
+    }
+
     /// Lets `duration` pass (in process: on the paused clock).
     pub async fn pass(&self, duration: Duration) {
         match self {
