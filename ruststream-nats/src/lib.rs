@@ -15,6 +15,7 @@ mod fuzz;
 mod idempotency;
 mod jetstream_info;
 mod keys;
+mod micro;
 mod options;
 mod publish;
 mod rate;

@@ -230,6 +230,7 @@ impl<S> Registration<S> {
             unroutable: None,
             idempotency_key: None,
             answers_requests: false,
+            group: None,
         }
     }
 }
