@@ -122,7 +122,12 @@ async fn stopped(stop: &mut watch::Receiver<Option<Instant>>) {
 }
 
 /// Sends `service`'s response to `verb` to the request's reply subject.
-async fn answer(service: &MicroService, transport: &dyn Transport, verb: Verb, request: RawMessage) {
+async fn answer(
+    service: &MicroService,
+    transport: &dyn Transport,
+    verb: Verb,
+    request: RawMessage,
+) {
     let Some(reply) = request.reply else {
         return;
     };

@@ -157,7 +157,11 @@ impl MicroService {
             id: self.id.clone(),
             version: self.identity.version.clone(),
             started: self.started,
-            endpoints: self.endpoints.iter().map(|e| self.endpoint_stats(e)).collect(),
+            endpoints: self
+                .endpoints
+                .iter()
+                .map(|e| self.endpoint_stats(e))
+                .collect(),
         }
     }
 
@@ -232,7 +236,10 @@ fn last_error(handled: &Handled, quote_payload_values: bool) -> error::Error {
             500,
             "the request arrived past its attempt cap; the handler did not run".to_owned(),
         ),
-        other => (500, format!("the handling ended as {}", outcome_label(other))),
+        other => (
+            500,
+            format!("the handling ended as {}", outcome_label(other)),
+        ),
     };
     error::Error { status, code }
 }

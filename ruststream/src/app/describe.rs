@@ -79,7 +79,13 @@ pub fn describe<A: App>(app: &A) -> String {
             .registrations()
             .iter()
             .filter(|r| crate::app::is_endpoint(r))
-            .map(|r| format!("{} ({})", crate::app::service_name(&r.name), r.descriptor.subject))
+            .map(|r| {
+                format!(
+                    "{} ({})",
+                    crate::app::service_name(&r.name),
+                    r.descriptor.subject
+                )
+            })
             .collect();
         let _ = writeln!(
             out,

@@ -118,7 +118,8 @@ fn is_semver(version: &str) -> bool {
     };
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let number = |s: &str| digits(s) && (s == "0" || !s.starts_with('0'));
-    let identifier = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    let identifier =
+        |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
     let parts: Vec<&str> = core.split('.').collect();
     parts.len() == 3
         && parts.iter().all(|p| number(p))
@@ -135,10 +136,28 @@ mod tests {
 
     #[test]
     fn versions_are_semantic_versions() {
-        for good in ["0.1.0", "1.0.0", "10.20.30", "1.0.0-alpha.1", "1.0.0-rc-1+build.5", "1.2.3+x"] {
+        for good in [
+            "0.1.0",
+            "1.0.0",
+            "10.20.30",
+            "1.0.0-alpha.1",
+            "1.0.0-rc-1+build.5",
+            "1.2.3+x",
+        ] {
             assert!(is_semver(good), "{good}");
         }
-        for bad in ["", "1", "1.0", "01.0.0", "1.0.0-", "1.0.0-01", "1.0.0+", "1.0.0.0", "v1.0.0", "1.0.0-a..b"] {
+        for bad in [
+            "",
+            "1",
+            "1.0",
+            "01.0.0",
+            "1.0.0-",
+            "1.0.0-01",
+            "1.0.0+",
+            "1.0.0.0",
+            "v1.0.0",
+            "1.0.0-a..b",
+        ] {
             assert!(!is_semver(bad), "{bad}");
         }
     }
@@ -156,6 +175,9 @@ mod tests {
         assert!(err.to_string().contains(".micro_service(false)"), "{err}");
         let ok = ServiceIdentity::of(&AppInfo::new("my.math", "1.0.0").with_description("sums"))
             .expect("valid");
-        assert_eq!((ok.name.as_str(), ok.description.as_str()), ("my_math", "sums"));
+        assert_eq!(
+            (ok.name.as_str(), ok.description.as_str()),
+            ("my_math", "sums")
+        );
     }
 }
