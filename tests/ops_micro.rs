@@ -351,6 +351,25 @@ async fn an_app_without_request_handlers_registers_no_service() {
     running.stop().await.expect("stops");
 }
 
+#[test]
+fn describe_names_the_service_and_its_endpoints_unless_it_is_off() {
+    let text = ruststream::app::cli::describe(&app("nats://localhost:4222"));
+    assert!(
+        text.contains(
+            "micro service: math_service 1.2.0, endpoints double (math.double), halve (calc.halve)"
+        ),
+        "{text}"
+    );
+    let json = ruststream::app::cli::describe_json(&app("nats://localhost:4222"));
+    assert_eq!(json["micro_service"]["name"], SERVICE);
+    let off = RustStream::new(AppInfo::new("math", "1.0.0"))
+        .micro_service(false)
+        .with_broker(NatsBroker::new("nats://localhost:4222"), |b| {
+            b.include(double);
+        });
+    assert!(!ruststream::app::cli::describe(&off).contains("micro service"));
+}
+
 #[tokio::test]
 async fn a_version_the_protocol_refuses_stops_the_app_before_it_connects_and_names_the_fix() {
     // Nothing listens at this address: the refusal comes before any connection.
