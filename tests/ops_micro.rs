@@ -34,7 +34,7 @@ struct Halved {
     value: i64,
 }
 
-#[subscriber("math.double", reply)]
+#[subscriber(CoreSubject::new("math.double").queue_group("doublers"), reply)]
 async fn double(n: &Number) -> Result<Doubled, HandlerOutcome> {
     Ok(Doubled { value: n.value * 2 })
 }
@@ -193,6 +193,8 @@ async fn ping_info_and_stats_answer_as_the_schemas_say_with_what_the_handlers_di
     assert_eq!(halve_info["subject"], "calc.halve");
     assert_eq!(halve_info["metadata"]["group"], "calc");
     assert_eq!(endpoint(&info, "double")["metadata"].get("group"), None);
+    assert_eq!(endpoint(&info, "double")["queue_group"], "doublers");
+    assert_eq!(halve_info["queue_group"], "");
     // The metadata points into the app's AsyncAPI document.
     let document = ruststream::asyncapi::document(&app(&server.url()));
     for name in ["double", "halve"] {

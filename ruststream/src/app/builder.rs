@@ -302,7 +302,7 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
             .collect()
     }
 
-    fn micro_service(&self) -> Option<ServiceIdentity> {
+    fn service_identity(&self) -> Option<ServiceIdentity> {
         self.service().and_then(Result::ok)
     }
 

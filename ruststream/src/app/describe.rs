@@ -74,7 +74,7 @@ pub fn describe<A: App>(app: &A) -> String {
             subjects.join(", ")
         );
     }
-    if let Some(service) = app.micro_service() {
+    if let Some(service) = app.service_identity() {
         let endpoints: Vec<String> = app
             .registrations()
             .iter()
@@ -145,7 +145,7 @@ pub fn describe_json<A: App>(app: &A) -> serde_json::Value {
         "brokers": app.brokers().iter().map(|(kind, address)| serde_json::json!({"kind": kind, "address": address})).collect::<Vec<_>>(),
         "declared_streams": streams.iter().map(|(name, subjects)| serde_json::json!({"name": name, "subjects": subjects})).collect::<Vec<_>>(),
         "registrations": registrations,
-        "micro_service": app.micro_service().map(|s| serde_json::json!({"name": s.name, "version": s.version, "description": s.description})),
+        "micro_service": app.service_identity().map(|s| serde_json::json!({"name": s.name, "version": s.version, "description": s.description})),
     })
 }
 

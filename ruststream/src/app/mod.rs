@@ -60,7 +60,7 @@ pub trait App: Send + 'static {
 
     /// The service the app's request handlers are advertised as, when it has some and did not
     /// turn it off (`.micro_service(false)`), for `describe`. `None` by default.
-    fn micro_service(&self) -> Option<ServiceIdentity> {
+    fn service_identity(&self) -> Option<ServiceIdentity> {
         None
     }
 
