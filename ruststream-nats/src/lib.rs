@@ -16,6 +16,7 @@ mod idempotency;
 mod jetstream_info;
 mod keys;
 mod kv_change;
+mod micro;
 mod options;
 mod publish;
 mod rate;

@@ -49,6 +49,16 @@ fn id(subject: &str) -> String {
         .collect()
 }
 
+/// The id of registration `name`'s receive operation in the document (`#/operations/<id>`).
+pub fn operation_id(name: &str) -> String {
+    id(name)
+}
+
+/// The id of the channel of `subject` in the document (`#/channels/<id>`).
+pub fn channel_id(subject: &str) -> String {
+    id(subject)
+}
+
 /// The short name of a Rust type: `payments::Payment` is `Payment`.
 fn short(type_name: &str) -> &str {
     let base = type_name.split('<').next().unwrap_or(type_name);
@@ -234,7 +244,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
     let input_id = format!("{}.in", r.name);
     let (channel, msg) = doc.channel(
         Some(&d.subject),
-        &id(&d.subject),
+        &channel_id(&d.subject),
         &id(&input_id),
         input,
         extra,
@@ -333,7 +343,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
             }),
         );
     }
-    doc.operations.insert(id(&r.name), operation);
+    doc.operations.insert(operation_id(&r.name), operation);
 }
 
 /// The document as a standalone HTML page a person opens in a browser (`asyncapi --html`):

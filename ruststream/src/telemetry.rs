@@ -10,7 +10,7 @@
 //! Recorders are read when a registration starts: install one before `App::start`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
@@ -96,6 +96,9 @@ pub struct HandlerMetrics {
     in_flight: Gauge,
     dead_letters: Counter,
     retry_copies: Counter,
+    /// What the handler did, readable (the `metrics` facade's handles are write-only): kept
+    /// for a registration whose broker reports it (the NATS micro service's stats).
+    totals: Option<Arc<HandlerTotals>>,
 }
 
 impl std::fmt::Debug for HandlerMetrics {
@@ -116,7 +119,14 @@ impl HandlerMetrics {
             in_flight: metrics::gauge!(names::IN_FLIGHT, "handler" => label()),
             dead_letters: metrics::counter!(names::DEAD_LETTERS, "handler" => label()),
             retry_copies: metrics::counter!(names::RETRY_COPIES, "handler" => label()),
+            totals: None,
         }
+    }
+
+    /// Also adds every delivery [`finished`](Self::finished) to `totals`.
+    pub fn with_totals(mut self, totals: Arc<HandlerTotals>) -> Self {
+        self.totals = Some(totals);
+        self
     }
 
     /// A delivery reached the handler.
@@ -132,6 +142,9 @@ impl HandlerMetrics {
         if let Some(i) = OUTCOMES.iter().position(|o| *o == label) {
             self.deliveries[i].increment(1);
         }
+        if let Some(totals) = &self.totals {
+            totals.add(handled, took);
+        }
     }
 
     /// A delivery went to the dead-letter subject.
@@ -142,6 +155,63 @@ impl HandlerMetrics {
     /// A Core retry copy was sent or scheduled.
     pub fn retry_copied(&self) {
         self.retry_copies.increment(1);
+    }
+}
+
+/// What a registration's handler did since it started, as [`HandlerMetrics::finished`] saw
+/// it: deliveries, those that failed (anything but an `ack`) with the last one, and the time
+/// the handler took in total.
+#[derive(Debug, Default)]
+pub struct HandlerTotals {
+    handled: AtomicU64,
+    failed: AtomicU64,
+    nanos: AtomicU64,
+    last_failure: std::sync::Mutex<Option<Handled>>,
+}
+
+/// A reading of [`HandlerTotals`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Totals {
+    /// Deliveries handled.
+    pub handled: u64,
+    /// Deliveries whose handling was not an `ack`.
+    pub failed: u64,
+    /// The time the handler took, in total.
+    pub took: Duration,
+    /// The last handling that was not an `ack`.
+    pub last_failure: Option<Handled>,
+}
+
+impl HandlerTotals {
+    /// Adds one delivery, handled as `handled` in `took`.
+    pub fn add(&self, handled: &Handled, took: Duration) {
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.fetch_add(nanos, Ordering::Relaxed);
+        if !matches!(handled, Handled::Outcome(HandlerOutcome::Ack)) {
+            *self
+                .last_failure
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(handled.clone());
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        // Counted last: a reading that counts the delivery sees its failure and time too.
+        self.handled.fetch_add(1, Ordering::Release);
+    }
+
+    /// The totals now.
+    pub fn read(&self) -> Totals {
+        let handled = self.handled.load(Ordering::Acquire);
+        Totals {
+            handled,
+            failed: self.failed.load(Ordering::Relaxed),
+            took: Duration::from_nanos(self.nanos.load(Ordering::Relaxed)),
+            last_failure: self
+                .last_failure
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        }
     }
 }
 

@@ -27,6 +27,7 @@ use self::opening::{batch_size, open};
 use crate::copies::{Copies, DEFAULT_MAX_DELAYED_COPIES};
 use crate::events::{Connected, Events};
 use crate::executor::Executor;
+use crate::micro;
 use crate::options::{Auth, ConnectionOptions, split_credentials};
 use crate::publish::NatsPublisher;
 use crate::running::RunningNatsBroker;
@@ -352,6 +353,20 @@ impl Broker for NatsBroker {
                 }
             }
 
+            let endpoints = opened.iter().map(|(endpoint, _, _)| endpoint);
+            let service = match micro::service(&env, endpoints, self.log_payload_values) {
+                Some(service) => micro::open(service, &transport).await.map(Some),
+                None => Ok(None),
+            };
+            let service = match service {
+                Ok(service) => service,
+                Err(err) => {
+                    for (_, (_, unsubscribe), _) in opened {
+                        unsubscribe.stop().await;
+                    }
+                    return Err(err);
+                }
+            };
             let copies = Arc::new(
                 Copies::new(Arc::clone(&transport)).with_max_waiting(self.max_delayed_copies),
             );
@@ -360,7 +375,7 @@ impl Broker for NatsBroker {
                 env.get::<ruststream::telemetry::Health>().cloned(),
                 signal.clone(),
             );
-            let mut background = Vec::with_capacity(2);
+            let mut background = Vec::with_capacity(3);
             if let Some(connected) = connected {
                 let reporting = Arc::clone(&events).report_until_stopped(signal.clone(), connected);
                 background.push(supervisor.spawn(Kind::Background, "event reporter", reporting));
@@ -371,7 +386,8 @@ impl Broker for NatsBroker {
             for (endpoint, (messages, unsubscribe), progress) in opened {
                 let executor = Arc::new(
                     Executor::new(Arc::clone(&transport), Arc::clone(&copies), endpoint.info())
-                        .with_payload_values_in_logs(self.log_payload_values),
+                        .with_payload_values_in_logs(self.log_payload_values)
+                        .with_totals(service.as_ref().and_then(|s| s.totals(endpoint.name()))),
                 );
                 let batch = if endpoint.is_batch() {
                     batch_size(&endpoint)
@@ -437,6 +453,10 @@ impl Broker for NatsBroker {
                 };
                 let name = source.endpoint.name().to_owned();
                 sources.push(supervisor.spawn(Kind::Registration, &name, source.run()));
+            }
+            if let Some(service) = service {
+                let answering = service.run(signal.clone());
+                background.push(supervisor.spawn(Kind::Background, "micro service", answering));
             }
             let running: Box<dyn RunningBroker> = Box::new(WithPublisher {
                 running: Box::new(RunningNatsBroker {

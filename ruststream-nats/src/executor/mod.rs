@@ -85,6 +85,17 @@ impl Executor {
         }
     }
 
+    /// Also keeps the registration's totals in `totals` (an endpoint of the micro service).
+    pub(crate) fn with_totals(
+        mut self,
+        totals: Option<Arc<ruststream::telemetry::HandlerTotals>>,
+    ) -> Self {
+        if let Some(totals) = totals {
+            self.metrics = self.metrics.with_totals(totals);
+        }
+        self
+    }
+
     /// Quotes the decoder's whole message when a payload does not decode (`true`), or only the
     /// error's kind and position (`false`, the default).
     pub(crate) fn with_payload_values_in_logs(mut self, quote: bool) -> Self {

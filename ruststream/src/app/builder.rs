@@ -13,6 +13,7 @@ use futures::future::BoxFuture;
 use super::App;
 use super::info::AppInfo;
 use super::lifecycle::RunningApp;
+use super::service::{ServiceIdentity, service_of};
 use crate::broker::{Broker, Env, RunningBroker};
 use crate::codec::Format;
 use crate::error::{Error, ErrorKind};
@@ -101,6 +102,8 @@ pub struct RustStream<S = (), M = Unmounted> {
     drain_timeout: Option<Duration>,
     codec: Option<Format>,
     layers: Vec<Arc<dyn Middleware>>,
+    /// Whether the request handlers are advertised as a service (`.micro_service(..)`).
+    micro_service: bool,
     _mounted: PhantomData<fn() -> M>,
 }
 
@@ -127,6 +130,7 @@ impl RustStream<(), Unmounted> {
             drain_timeout: None,
             codec: None,
             layers: Vec::new(),
+            micro_service: true,
             _mounted: PhantomData,
         }
     }
@@ -172,6 +176,7 @@ impl<S: Send + Sync + 'static, M> RustStream<S, M> {
             drain_timeout: self.drain_timeout,
             codec: self.codec,
             layers: self.layers,
+            micro_service: self.micro_service,
             _mounted: PhantomData,
         }
     }
@@ -206,6 +211,7 @@ impl<S: Send + Sync + 'static, M> RustStream<S, M> {
             drain_timeout: self.drain_timeout,
             codec: self.codec,
             layers: self.layers,
+            micro_service: self.micro_service,
             _mounted: PhantomData,
         }
     }
@@ -259,6 +265,13 @@ impl<S: Send + Sync + 'static, M> RustStream<S, M> {
         self.drain_timeout = Some(timeout);
         self
     }
+
+    /// Whether the request handlers are advertised as a NATS micro service named by the
+    /// [`AppInfo`] (`nats micro ls`): `true` by default; see `docs/request-reply.md`.
+    pub fn micro_service(mut self, advertise: bool) -> Self {
+        self.micro_service = advertise;
+        self
+    }
 }
 
 impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
@@ -287,6 +300,10 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
             .iter()
             .flat_map(|(b, _)| b.declared_streams())
             .collect()
+    }
+
+    fn service_identity(&self) -> Option<ServiceIdentity> {
+        self.service().and_then(Result::ok)
     }
 
     // Spelled as the trait spells it: the `Send` bound is the point of the signature.
@@ -324,6 +341,10 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
                 None => env,
             };
             self.validate()?;
+            let env = match self.service() {
+                Some(identity) => env.with(identity?),
+                None => env,
+            };
             for warning in self.warnings() {
                 tracing::warn!(app = self.info.name(), "{warning}");
             }
@@ -380,6 +401,9 @@ impl<S: Send + Sync + 'static, M: 'static> RustStream<S, M> {
     /// The startup checks that need no server: `start` and `check` run them.
     fn validate(&self) -> Result<(), Error> {
         check_names(&self.registrations())?;
+        if let Some(Err(err)) = self.service() {
+            return Err(err);
+        }
         for (_, regs) in &self.brokers {
             regs.iter().try_for_each(Registration::check_routed)?;
         }
@@ -388,6 +412,11 @@ impl<S: Send + Sync + 'static, M: 'static> RustStream<S, M> {
             broker.validate(&infos)?;
         }
         Ok(())
+    }
+
+    /// The service the request handlers are advertised as (`service_of`).
+    fn service(&self) -> Option<Result<ServiceIdentity, Error>> {
+        service_of(&self.info, self.micro_service, &self.registrations())
     }
 
     /// What the brokers warn about: registrations they run but that may lose or loop messages.
@@ -420,74 +449,4 @@ fn check_names(registrations: &[RegistrationInfo]) -> Result<(), Error> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Mutex;
-
-    use super::*;
-
-    /// A broker that records the drain timeout it was started with.
-    struct Recording(Arc<Mutex<Option<Duration>>>);
-
-    struct Stopped;
-
-    impl RunningBroker for Stopped {
-        fn stop(self: Box<Self>) -> BoxFuture<'static, Result<(), Error>> {
-            Box::pin(async { Ok(()) })
-        }
-    }
-
-    impl Broker for Recording {
-        fn kind(&self) -> &'static str {
-            "recording"
-        }
-
-        fn address(&self) -> String {
-            String::new()
-        }
-
-        fn validate(&self, _: &[RegistrationInfo]) -> Result<(), Error> {
-            Ok(())
-        }
-
-        fn start(
-            self: Box<Self>,
-            _: Vec<crate::Endpoint>,
-            env: Env,
-        ) -> BoxFuture<'static, Result<Box<dyn RunningBroker>, Error>> {
-            if let Ok(mut seen) = self.0.lock() {
-                *seen = Some(env.drain_timeout());
-            }
-            Box::pin(async { Ok(Box::new(Stopped) as Box<dyn RunningBroker>) })
-        }
-    }
-
-    /// The drain timeout the broker sees when the app sets `app` and the environment `env`.
-    async fn drain_timeout(app: Option<Duration>, env: Env) -> Option<Duration> {
-        let seen = Arc::new(Mutex::new(None));
-        let mut builder = RustStream::new(AppInfo::new("drain", "0.1.0"))
-            .with_broker(Recording(Arc::clone(&seen)), |_| {});
-        if let Some(timeout) = app {
-            builder = builder.drain_timeout(timeout);
-        }
-        let running = builder.start(env).await.expect("the app starts");
-        running.stop().await.expect("the app stops");
-        *seen.lock().expect("not poisoned")
-    }
-
-    #[tokio::test]
-    async fn the_drain_timeout_is_the_environments_then_the_apps_then_thirty_seconds() {
-        let secs = Duration::from_secs;
-        // An explicit 30 s in the environment is a choice, not the default: it wins over the app's.
-        let explicit = Env::new().with_drain_timeout(secs(30));
-        assert_eq!(drain_timeout(Some(secs(5)), explicit).await, Some(secs(30)));
-        let operator = Env::new()
-            .with_drain_timeout(secs(30))
-            .with(crate::telemetry::DrainTimeout(secs(7)));
-        assert_eq!(drain_timeout(Some(secs(5)), operator).await, Some(secs(7)));
-        assert_eq!(
-            drain_timeout(Some(secs(5)), Env::new()).await,
-            Some(secs(5))
-        );
-        assert_eq!(drain_timeout(None, Env::new()).await, Some(secs(30)));
-    }
-}
+mod tests;

@@ -74,6 +74,27 @@ pub fn describe<A: App>(app: &A) -> String {
             subjects.join(", ")
         );
     }
+    if let Some(service) = app.service_identity() {
+        let endpoints: Vec<String> = app
+            .registrations()
+            .iter()
+            .filter(|r| crate::app::is_endpoint(r))
+            .map(|r| {
+                format!(
+                    "{} ({})",
+                    crate::app::service_name(&r.name),
+                    r.descriptor.subject
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "micro service: {} {}, endpoints {}",
+            service.name,
+            service.version,
+            endpoints.join(", ")
+        );
+    }
     out
 }
 
@@ -126,6 +147,7 @@ pub fn describe_json<A: App>(app: &A) -> serde_json::Value {
         "brokers": app.brokers().iter().map(|(kind, address)| serde_json::json!({"kind": kind, "address": address})).collect::<Vec<_>>(),
         "declared_streams": streams.iter().map(|(name, subjects)| serde_json::json!({"name": name, "subjects": subjects})).collect::<Vec<_>>(),
         "registrations": registrations,
+        "micro_service": app.service_identity().map(|s| serde_json::json!({"name": s.name, "version": s.version, "description": s.description})),
     })
 }
 

@@ -12,6 +12,7 @@ mod lifecycle;
 mod log_fields;
 mod log_filter;
 mod print_handled;
+mod service;
 
 use std::future::Future;
 
@@ -23,6 +24,7 @@ use crate::registration::RegistrationInfo;
 pub use self::builder::{Mounted, RustStream, Scope, Unmounted};
 pub use self::info::AppInfo;
 pub use self::lifecycle::{RunningApp, shutdown_signal};
+pub use self::service::{SERVICE_SUBJECT_PREFIX, ServiceIdentity, is_endpoint, service_name};
 pub use crate::observer::{Handling, Observer};
 
 /// Anything an app builder produces: run it until a signal, or until a future resolves.
@@ -55,6 +57,12 @@ pub trait App: Send + 'static {
     /// The streams the brokers declare at startup, as `(name, subjects)`, for `describe`.
     fn declared_streams(&self) -> Vec<(String, Vec<String>)> {
         Vec::new()
+    }
+
+    /// The service the app's request handlers are advertised as, when it has some and did not
+    /// turn it off (`.micro_service(false)`), for `describe`. `None` by default.
+    fn service_identity(&self) -> Option<ServiceIdentity> {
+        None
     }
 
     /// Every startup check without starting anything (the `check` subcommand): the checks that

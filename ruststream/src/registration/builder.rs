@@ -79,6 +79,7 @@ pub struct Registration<S> {
     pub(super) unroutable: Option<String>,
     pub(super) idempotency_key: Option<Arc<crate::idempotency::KeyFn>>,
     pub(super) answers_requests: bool,
+    pub(super) group: Option<String>,
 }
 
 /// A registration's middleware by scope, each outermost first.
@@ -232,7 +233,13 @@ impl<S> Registration<S> {
     /// included; a descriptor that cannot be prefixed is kept, and the app refuses to start.
     pub(crate) fn route(&mut self, prefix: &str, layers: &[Arc<dyn Middleware>]) {
         match self.descriptor.prefixed(prefix) {
-            Some(routed) => self.descriptor = routed,
+            Some(routed) => {
+                self.descriptor = routed;
+                self.group = Some(match self.group.take() {
+                    Some(inner) => format!("{prefix}.{inner}"),
+                    None => prefix.to_owned(),
+                });
+            }
             None => {
                 self.unroutable = Some(format!(
                     "registration `{}` is in a router with prefix `{prefix}`, and its descriptor `{:?}` cannot be prefixed; mount it on the broker instead",
@@ -458,6 +465,7 @@ impl<S> Registration<S> {
             middleware: self.layers.all().iter().map(|m| m.name()).collect(),
             schemas: self.schemas.clone(),
             answers_requests: self.answers_requests,
+            group: self.group.clone(),
         }
     }
 

@@ -258,6 +258,7 @@ impl<S> Registration<S> {
             unroutable: None,
             idempotency_key: None,
             answers_requests: false,
+            group: None,
         }
     }
 }

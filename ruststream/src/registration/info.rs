@@ -26,6 +26,9 @@ pub struct RegistrationInfo {
     /// Whether the handler answers requests (`#[subscriber(.., reply)]`): a stream storing its
     /// subject would answer a request with its storage receipt before the handler could.
     pub answers_requests: bool,
+    /// The prefixes of the routers it was mounted in, outermost first, joined by `.`
+    /// (`billing`); `None` when mounted on the broker.
+    pub group: Option<String>,
 }
 
 impl RegistrationInfo {
