@@ -11,7 +11,7 @@ use ruststream::{Endpoint, Error, ErrorKind};
 use crate::publish::NatsPublisher;
 use crate::stream_checks::{missing_stream, requests_captured_by_streams};
 use crate::transport::nats::NatsTransport;
-use crate::transport::{StreamSpec, Transport};
+use crate::transport::{StreamChanges, StreamSpec, Transport};
 
 /// `check` against the server, changing nothing: every stream a JetStream registration reads
 /// exists or is declared, and every durable consumer that exists agrees with its descriptor.
@@ -278,4 +278,24 @@ fn unstored_dead_letter(dead_letter: &str) -> String {
     format!(
         "no stream stores the dead-letter subject `{dead_letter}`: a dead letter is a Core publish that only a subscriber listening at that moment receives, and the original is terminated all the same; store it in a stream (`nats stream add DEAD --subjects \"{dead_letter}\"`, or `.declare_stream(\"DEAD\", [\"{dead_letter}\"])` on the broker)"
     )
+}
+
+/// Warns that declaring stream `name` changed the existing stream, or left a limit it asks
+/// for as it was: an operator who shares the stream sees why it changed.
+pub(super) fn warn_stream_changes(name: &str, changes: &StreamChanges) {
+    if changes.changed() {
+        tracing::warn!(
+            stream = %name,
+            added_subjects = ?changes.added_subjects,
+            raised = ?changes.raised,
+            "the declared stream existed; added the subjects and raised the limits it lacked (nothing was removed)"
+        );
+    }
+    if !changes.kept.is_empty() {
+        tracing::warn!(
+            stream = %name,
+            kept = ?changes.kept,
+            "the declared stream existed with looser limits, left as they are: tightening could discard stored messages; change them on the server if meant"
+        );
+    }
 }

@@ -21,7 +21,9 @@ use ruststream::settle::DeliveryModel;
 use ruststream::{Broker, Endpoint, Env, Error, ErrorKind, RunningBroker};
 use tokio::sync::watch;
 
-use self::checks::{check_on_server, check_streams, log_outputs, warn_unstored_dead_letters};
+use self::checks::{
+    check_on_server, check_streams, log_outputs, warn_stream_changes, warn_unstored_dead_letters,
+};
 use self::connect::start_embedded;
 use self::opening::{batch_size, open};
 use crate::copies::{Copies, DEFAULT_MAX_DELAYED_COPIES};
@@ -33,9 +35,7 @@ use crate::publish::NatsPublisher;
 use crate::running::RunningNatsBroker;
 use crate::source::{Progress, Reopen, Source};
 use crate::supervise::{Kind, Supervisor};
-use crate::transport::{
-    StreamChanges, StreamDeclaration, StreamSpec, Subscription, Transport, TransportOverride,
-};
+use crate::transport::{StreamDeclaration, StreamSpec, Subscription, Transport, TransportOverride};
 use crate::validate::validate;
 
 /// A NATS server (Core and JetStream over one connection).
@@ -472,26 +472,6 @@ impl Broker for NatsBroker {
             });
             Ok(running)
         })
-    }
-}
-
-/// Warns that declaring stream `name` changed the existing stream, or left a limit it asks
-/// for as it was: an operator who shares the stream sees why it changed.
-fn warn_stream_changes(name: &str, changes: &StreamChanges) {
-    if changes.changed() {
-        tracing::warn!(
-            stream = %name,
-            added_subjects = ?changes.added_subjects,
-            raised = ?changes.raised,
-            "the declared stream existed; added the subjects and raised the limits it lacked (nothing was removed)"
-        );
-    }
-    if !changes.kept.is_empty() {
-        tracing::warn!(
-            stream = %name,
-            kept = ?changes.kept,
-            "the declared stream existed with looser limits, left as they are: tightening could discard stored messages; change them on the server if meant"
-        );
     }
 }
 
