@@ -219,6 +219,12 @@ pub trait Outs: Default + Send + Sync + 'static {
     fn reply_schema() -> Option<fn() -> Option<serde_json::Value>> {
         None
     }
+
+    /// The Rust type of what these outputs publish, for `asyncapi`: the first output's
+    /// [`Outgoing::type_name`].
+    fn reply_type() -> Option<&'static str> {
+        None
+    }
 }
 
 impl Outs for () {}
@@ -232,6 +238,10 @@ impl<A: Outs, B: Outs> Outs for (A, B) {
 
     fn reply_schema() -> Option<fn() -> Option<serde_json::Value>> {
         A::reply_schema().or_else(B::reply_schema)
+    }
+
+    fn reply_type() -> Option<&'static str> {
+        A::reply_type().or_else(B::reply_type)
     }
 }
 
@@ -247,6 +257,12 @@ impl<A: Outs, B: Outs, C: Outs> Outs for (A, B, C) {
         A::reply_schema()
             .or_else(B::reply_schema)
             .or_else(C::reply_schema)
+    }
+
+    fn reply_type() -> Option<&'static str> {
+        A::reply_type()
+            .or_else(B::reply_type)
+            .or_else(C::reply_type)
     }
 }
 
@@ -279,6 +295,10 @@ impl<T: Outgoing + 'static> Outs for Publisher<T> {
 
     fn reply_schema() -> Option<fn() -> Option<serde_json::Value>> {
         Some(T::schema)
+    }
+
+    fn reply_type() -> Option<&'static str> {
+        Some(T::type_name())
     }
 }
 

@@ -289,6 +289,13 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
             .collect()
     }
 
+    fn broker_security(&self) -> Vec<Vec<crate::asyncapi::SecurityScheme>> {
+        self.brokers
+            .iter()
+            .map(|(b, _)| b.security_schemes())
+            .collect()
+    }
+
     // Spelled as the trait spells it: the `Send` bound is the point of the signature.
     #[allow(clippy::manual_async_fn)]
     fn check(self, env: Env) -> impl Future<Output = Result<Vec<String>, Error>> + Send {

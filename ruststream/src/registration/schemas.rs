@@ -26,6 +26,9 @@ pub struct Schemas {
     /// The JSON Schema of what the handler publishes and answers with: declared, or its
     /// [`Outgoing`](crate::Outgoing) type's.
     pub reply: Option<SchemaFn>,
+    /// The Rust type of what the handler publishes and answers with: declared, or its
+    /// [`Outgoing`](crate::Outgoing) type's.
+    pub reply_type: Option<&'static str>,
 }
 
 impl fmt::Debug for Schemas {
@@ -35,6 +38,7 @@ impl fmt::Debug for Schemas {
             .field("raw", &self.raw)
             .field("payload", &self.payload.is_some())
             .field("reply", &self.reply.is_some())
+            .field("reply_type", &self.reply_type)
             .finish()
     }
 }
@@ -51,6 +55,7 @@ impl PartialEq for Schemas {
             && self.raw == other.raw
             && same(self.payload, other.payload)
             && same(self.reply, other.reply)
+            && self.reply_type == other.reply_type
     }
 }
 
@@ -64,6 +69,7 @@ impl Schemas {
             raw: false,
             payload: None,
             reply: None,
+            reply_type: None,
         }
     }
 
@@ -103,6 +109,7 @@ impl Schemas {
     pub fn replying<O: Outs>(self) -> Self {
         Self {
             reply: O::reply_schema(),
+            reply_type: O::reply_type(),
             ..self
         }
     }
