@@ -3,7 +3,10 @@
 //! the registration's policy as `x-ruststream` extensions, queue groups as NATS operation
 //! bindings), a `receive` operation per registration (with its reply, for a Core registration
 //! that answers requests) and a `send` operation per subject it publishes to, dead letters and
-//! retry copies included.
+//! retry copies included. Its `info` carries the metadata set on the app's
+//! [`AppInfo`](crate::AppInfo) ([`Metadata`]: `metadata.rs`), each server the ways its client
+//! authenticates ([`SecurityScheme`]: `security.rs`), each message the headers the runtime
+//! reads or writes (`headers.rs`).
 //!
 //! Payload schemas are JSON Schemas (draft 7) generated from the Rust types: traced from the
 //! payload type's serde `Deserialize` impl (see

@@ -22,7 +22,8 @@ use crate::asyncapi::{Contact, ExternalDocs, License, Metadata, Tag};
 pub struct AppInfo {
     name: String,
     version: String,
-    metadata: Metadata,
+    /// Boxed: an `AppInfo` travels inside apps and test harnesses, most without metadata.
+    metadata: Box<Metadata>,
 }
 
 impl AppInfo {
@@ -31,7 +32,7 @@ impl AppInfo {
         Self {
             name: name.into(),
             version: version.into(),
-            metadata: Metadata::default(),
+            metadata: Box::default(),
         }
     }
 
