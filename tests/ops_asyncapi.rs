@@ -362,7 +362,9 @@ mod described {
                     .client_certificate("/etc/orders/client.pem", "/etc/orders/client.key")
                     .security_scheme(SecurityScheme::UserPassword),
                 |b| {
-                    b.include(placed).max_attempts(nonzero!(3));
+                    b.include(placed)
+                        .max_attempts(nonzero!(3))
+                        .header_schema("x-tenant", "the shop the order was placed in");
                 },
             )
             .with_broker(
@@ -451,11 +453,17 @@ fn info_metadata_security_schemes_and_headers_are_described() {
             "{header}: {input}"
         );
     }
+    // A header declared at the mount site, on the input and on its copies as they arrived.
+    assert_eq!(
+        input["properties"]["x-tenant"]["description"],
+        "the shop the order was placed in"
+    );
     let copy = &doc["channels"]["orders.placed"]["messages"]["placed.retry_copy"]["headers"];
     assert!(
         copy["properties"]["x-ruststream-retry-count"].is_object(),
         "{copy}"
     );
+    assert!(copy["properties"]["x-tenant"].is_object(), "{copy}");
     // The trace context header is checked as W3C writes it.
     let traceparent =
         jsonschema::validator_for(&input["properties"]["traceparent"]).expect("a JSON Schema");

@@ -71,13 +71,13 @@ fn message(
     schema: Option<SchemaFn>,
     about: &str,
     content_type: &str,
-    role: Role,
+    headers: Value,
 ) -> Value {
     let mut message = json!({
         "name": id(name),
         "title": title,
         "contentType": content_type,
-        "headers": headers::schema(role),
+        "headers": headers,
     });
     match schema.and_then(|schema| schema()) {
         Some(schema) => {
@@ -264,7 +264,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
         r.schemas.payload,
         &format!("a `{}` ({content_type})", r.schemas.payload_type),
         content_type,
-        Role::Input { retried },
+        headers::schema(Role::Input { retried }, &r.schemas.headers),
     );
     let extra = jetstream.then(|| {
         (
@@ -316,9 +316,12 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
             r.schemas.reply,
             "what the handler returns",
             codec,
-            Role::Output {
-                stored_input: jetstream,
-            },
+            headers::schema(
+                Role::Output {
+                    stored_input: jetstream,
+                },
+                &[],
+            ),
         );
         let (channel, msg) = doc.channel(Some(subject), &id(subject), &id(&out_id), out, None);
         doc.operations.insert(
@@ -340,7 +343,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
             r.schemas.reply,
             "what the handler returns",
             codec,
-            Role::Reply,
+            headers::schema(Role::Reply, &[]),
         );
         let (channel, msg) = doc.channel(
             None,
@@ -372,7 +375,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
             r.schemas.payload,
             about,
             content_type,
-            Role::Input { retried },
+            headers::schema(Role::Input { retried }, &r.schemas.headers),
         );
         let (channel, msg) = doc.channel(Some(subject), &id(subject), &id(&copy_id), copied, None);
         doc.operations.insert(

@@ -31,8 +31,9 @@ fn text(description: &str) -> Value {
     json!({"type": "string", "description": description})
 }
 
-/// The `headers` schema of a message in `role`.
-pub(super) fn schema(role: Role) -> Value {
+/// The `headers` schema of a message in `role`; an input's lists `declared`, as
+/// `(name, what it means)`, too.
+pub(super) fn schema(role: Role, declared: &[(String, String)]) -> Value {
     let mut properties = Map::new();
     let read = matches!(role, Role::Input { .. });
     properties.insert(
@@ -65,8 +66,13 @@ pub(super) fn schema(role: Role) -> Value {
         "description": "the attempt a Core retry copy came from (absent on a first delivery): the cap counts with it",
     });
     match role {
-        Role::Input { retried: true } => {
-            properties.insert(RETRY_COUNT.to_owned(), retry_count);
+        Role::Input { retried } => {
+            if retried {
+                properties.insert(RETRY_COUNT.to_owned(), retry_count);
+            }
+            for (name, description) in declared {
+                properties.insert(name.clone(), text(description));
+            }
         }
         Role::Output { stored_input: true } => {
             properties.insert(
@@ -74,7 +80,7 @@ pub(super) fn schema(role: Role) -> Value {
                 text("when a stream stores the subject: the input's stream, sequence and output, so that a redelivered input's output is stored once"),
             );
         }
-        Role::Input { retried: false } | Role::Output { .. } | Role::Reply => {}
+        Role::Output { .. } | Role::Reply => {}
     }
     json!({"type": "object", "properties": properties})
 }

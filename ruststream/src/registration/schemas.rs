@@ -29,6 +29,8 @@ pub struct Schemas {
     /// The Rust type of what the handler publishes and answers with: declared, or its
     /// [`Outgoing`](crate::Outgoing) type's.
     pub reply_type: Option<&'static str>,
+    /// Headers the handler reads, declared at the mount site, as `(name, what it means)`.
+    pub headers: Vec<(String, String)>,
 }
 
 impl fmt::Debug for Schemas {
@@ -39,6 +41,7 @@ impl fmt::Debug for Schemas {
             .field("payload", &self.payload.is_some())
             .field("reply", &self.reply.is_some())
             .field("reply_type", &self.reply_type)
+            .field("headers", &self.headers)
             .finish()
     }
 }
@@ -56,6 +59,7 @@ impl PartialEq for Schemas {
             && same(self.payload, other.payload)
             && same(self.reply, other.reply)
             && self.reply_type == other.reply_type
+            && self.headers == other.headers
     }
 }
 
@@ -70,6 +74,7 @@ impl Schemas {
             payload: None,
             reply: None,
             reply_type: None,
+            headers: Vec::new(),
         }
     }
 
@@ -112,6 +117,20 @@ impl Schemas {
             reply_type: O::reply_type(),
             ..self
         }
+    }
+}
+
+impl<S> super::Registration<S> {
+    /// Declares a header the handler reads (`x-tenant`) and what it means, for `asyncapi`: the
+    /// registration's input message lists it in its `headers` schema, beside those the runtime
+    /// reads itself.
+    pub fn header_schema(
+        &mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+    ) -> &mut Self {
+        self.schemas.headers.push((name.into(), description.into()));
+        self
     }
 }
 
