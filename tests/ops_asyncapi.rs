@@ -218,6 +218,34 @@ mod custom {
         HandlerOutcome::ack()
     }
 
+    #[derive(Debug, Serialize, Deserialize, Outgoing)]
+    #[outgoing(name = "math.audited")]
+    pub struct Audited {
+        pub value: i64,
+    }
+
+    /// A manual handler publishing two types: each subject's message is named by its own.
+    pub struct Fanout;
+
+    impl Handle<Number, (Publisher<Doubled>, Publisher<Audited>)> for Fanout {
+        async fn handle(
+            &self,
+            n: &Number,
+            outs: &(Publisher<Doubled>, Publisher<Audited>),
+            ctx: &mut Context<'_>,
+        ) -> Result<(), HandlerOutcome> {
+            let retry = |_| HandlerOutcome::retry();
+            outs.0
+                .publish(ctx, &Doubled { value: n.value * 2 })
+                .await
+                .map_err(retry)?;
+            outs.1
+                .publish(ctx, &Audited { value: n.value })
+                .await
+                .map_err(retry)
+        }
+    }
+
     pub fn app() -> impl App<State = ()> {
         RustStream::new(AppInfo::new("math", "1.2.3")).with_broker(
             NatsBroker::new("nats://math.internal:4222"),
@@ -230,6 +258,8 @@ mod custom {
                 b.include(audit);
                 b.include(triple);
                 b.include(loose);
+                b.include(CoreSubject::new("math.fanout").handler(Fanout))
+                    .name("fanout");
             },
         )
     }
@@ -316,6 +346,14 @@ fn patterns_queue_groups_requests_and_schemas_are_described() {
     );
     let text = doc.to_string();
     assert!(!text.contains("the handler's value"), "{text}");
+    // A handler publishing two types: each subject's message is its own type, with its schema.
+    let fanout = |channel: &str| &doc["channels"][channel]["messages"]["fanout.out"];
+    assert_eq!(fanout("math.doubled")["title"], "Doubled");
+    assert_eq!(fanout("math.audited")["title"], "Audited");
+    assert_eq!(
+        fanout("math.audited")["payload"]["properties"]["value"]["type"],
+        "integer"
+    );
 }
 
 mod described {

@@ -308,12 +308,18 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
     // Named by the Rust type the handler returns (its `#[derive(Outgoing)]` type, or the one a
     // `.reply_schema::<T>()` declared).
     let output_type = r.schemas.reply_type.map_or("the handler's value", short);
-    for subject in &r.publishes {
+    for (i, subject) in r.publishes.iter().enumerate() {
         let out_id = format!("{}.out", r.name);
+        // Each output by its own type; the first is what a reply handler returns, which a
+        // declared `.reply_schema::<T>()` describes.
+        let (title, schema) = match r.schemas.outputs.get(i) {
+            Some(&(type_name, schema)) if i > 0 => (short(type_name), Some(schema)),
+            _ => (output_type, r.schemas.reply),
+        };
         let out = message(
             &out_id,
-            output_type,
-            r.schemas.reply,
+            title,
+            schema,
             "what the handler returns",
             codec,
             headers::schema(

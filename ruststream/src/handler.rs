@@ -225,6 +225,12 @@ pub trait Outs: Default + Send + Sync + 'static {
     fn reply_type() -> Option<&'static str> {
         None
     }
+
+    /// Each output's Rust type and JSON Schema, in the order of [`subjects`](Self::subjects),
+    /// for `asyncapi`.
+    fn output_types() -> Vec<(&'static str, fn() -> Option<serde_json::Value>)> {
+        Vec::new()
+    }
 }
 
 impl Outs for () {}
@@ -242,6 +248,12 @@ impl<A: Outs, B: Outs> Outs for (A, B) {
 
     fn reply_type() -> Option<&'static str> {
         A::reply_type().or_else(B::reply_type)
+    }
+
+    fn output_types() -> Vec<(&'static str, fn() -> Option<serde_json::Value>)> {
+        let mut t = A::output_types();
+        t.extend(B::output_types());
+        t
     }
 }
 
@@ -263,6 +275,13 @@ impl<A: Outs, B: Outs, C: Outs> Outs for (A, B, C) {
         A::reply_type()
             .or_else(B::reply_type)
             .or_else(C::reply_type)
+    }
+
+    fn output_types() -> Vec<(&'static str, fn() -> Option<serde_json::Value>)> {
+        let mut t = A::output_types();
+        t.extend(B::output_types());
+        t.extend(C::output_types());
+        t
     }
 }
 
@@ -299,6 +318,10 @@ impl<T: Outgoing + 'static> Outs for Publisher<T> {
 
     fn reply_type() -> Option<&'static str> {
         Some(T::type_name())
+    }
+
+    fn output_types() -> Vec<(&'static str, fn() -> Option<serde_json::Value>)> {
+        vec![(T::type_name(), T::schema)]
     }
 }
 

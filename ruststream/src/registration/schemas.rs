@@ -29,6 +29,9 @@ pub struct Schemas {
     /// The Rust type of what the handler publishes and answers with: declared, or its
     /// [`Outgoing`](crate::Outgoing) type's.
     pub reply_type: Option<&'static str>,
+    /// Each output's Rust type and JSON Schema, in the order the registration's `publishes`
+    /// lists their subjects.
+    pub outputs: Vec<(&'static str, SchemaFn)>,
     /// Headers the handler reads, declared at the mount site, as `(name, what it means)`.
     pub headers: Vec<(String, String)>,
 }
@@ -42,6 +45,7 @@ impl fmt::Debug for Schemas {
             .field("reply", &self.reply.is_some())
             .field("reply_type", &self.reply_type)
             .field("headers", &self.headers)
+            .field("outputs", &self.outputs.len())
             .finish()
     }
 }
@@ -60,6 +64,12 @@ impl PartialEq for Schemas {
             && same(self.reply, other.reply)
             && self.reply_type == other.reply_type
             && self.headers == other.headers
+            && self.outputs.len() == other.outputs.len()
+            && self
+                .outputs
+                .iter()
+                .zip(&other.outputs)
+                .all(|(a, b)| a.0 == b.0 && same(Some(a.1), Some(b.1)))
     }
 }
 
@@ -75,6 +85,7 @@ impl Schemas {
             reply: None,
             reply_type: None,
             headers: Vec::new(),
+            outputs: Vec::new(),
         }
     }
 
@@ -115,6 +126,7 @@ impl Schemas {
         Self {
             reply: O::reply_schema(),
             reply_type: O::reply_type(),
+            outputs: O::output_types(),
             ..self
         }
     }
