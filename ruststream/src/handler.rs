@@ -203,6 +203,10 @@ pub trait HandleBatch<In, Outs = (), S = ()>: Send + Sync + 'static {
     }
 }
 
+/// An output's Rust type (as `std::any::type_name` spells it) and the function making its JSON
+/// Schema, for `asyncapi` ([`Outs::output_types`]).
+pub type OutputType = (&'static str, fn() -> Option<serde_json::Value>);
+
 /// What a handler publishes besides settling: built once per registration.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a set of handler outputs",
@@ -228,7 +232,7 @@ pub trait Outs: Default + Send + Sync + 'static {
 
     /// Each output's Rust type and JSON Schema, in the order of [`subjects`](Self::subjects),
     /// for `asyncapi`.
-    fn output_types() -> Vec<(&'static str, fn() -> Option<serde_json::Value>)> {
+    fn output_types() -> Vec<OutputType> {
         Vec::new()
     }
 }
@@ -250,7 +254,7 @@ impl<A: Outs, B: Outs> Outs for (A, B) {
         A::reply_type().or_else(B::reply_type)
     }
 
-    fn output_types() -> Vec<(&'static str, fn() -> Option<serde_json::Value>)> {
+    fn output_types() -> Vec<OutputType> {
         let mut t = A::output_types();
         t.extend(B::output_types());
         t
@@ -277,7 +281,7 @@ impl<A: Outs, B: Outs, C: Outs> Outs for (A, B, C) {
             .or_else(C::reply_type)
     }
 
-    fn output_types() -> Vec<(&'static str, fn() -> Option<serde_json::Value>)> {
+    fn output_types() -> Vec<OutputType> {
         let mut t = A::output_types();
         t.extend(B::output_types());
         t.extend(C::output_types());
@@ -320,7 +324,7 @@ impl<T: Outgoing + 'static> Outs for Publisher<T> {
         Some(T::type_name())
     }
 
-    fn output_types() -> Vec<(&'static str, fn() -> Option<serde_json::Value>)> {
+    fn output_types() -> Vec<OutputType> {
         vec![(T::type_name(), T::schema)]
     }
 }
