@@ -155,6 +155,21 @@ fn every_examples_document_is_valid_asyncapi() {
     assert_eq!(doc["operations"]["refresh"]["action"], "receive");
     // A JetStream delivery is not a request: no reply.
     assert!(capture.get("reply").is_none());
+    // What the handler publishes is named by its `#[derive(Outgoing)]` type.
+    assert_eq!(
+        doc["channels"]["payments.captured"]["messages"]["capture.out"]["title"],
+        "Captured"
+    );
+    // Its output carries the message id a stream deduplicates on (the input is stored).
+    let headers = &doc["channels"]["payments.captured"]["messages"]["capture.out"]["headers"];
+    assert_eq!(headers["type"], "object");
+    assert!(
+        headers["properties"]["Nats-Msg-Id"].is_object(),
+        "{headers}"
+    );
+    // No credentials in the code, no security scheme.
+    assert!(doc["servers"]["nats"].get("security").is_none());
+    assert!(doc.get("components").is_none());
 }
 
 mod custom {
@@ -203,6 +218,34 @@ mod custom {
         HandlerOutcome::ack()
     }
 
+    #[derive(Debug, Serialize, Deserialize, Outgoing)]
+    #[outgoing(name = "math.audited")]
+    pub struct Audited {
+        pub value: i64,
+    }
+
+    /// A manual handler publishing two types: each subject's message is named by its own.
+    pub struct Fanout;
+
+    impl Handle<Number, (Publisher<Doubled>, Publisher<Audited>)> for Fanout {
+        async fn handle(
+            &self,
+            n: &Number,
+            outs: &(Publisher<Doubled>, Publisher<Audited>),
+            ctx: &mut Context<'_>,
+        ) -> Result<(), HandlerOutcome> {
+            let retry = |_| HandlerOutcome::retry();
+            outs.0
+                .publish(ctx, &Doubled { value: n.value * 2 })
+                .await
+                .map_err(retry)?;
+            outs.1
+                .publish(ctx, &Audited { value: n.value })
+                .await
+                .map_err(retry)
+        }
+    }
+
     pub fn app() -> impl App<State = ()> {
         RustStream::new(AppInfo::new("math", "1.2.3")).with_broker(
             NatsBroker::new("nats://math.internal:4222"),
@@ -215,6 +258,8 @@ mod custom {
                 b.include(audit);
                 b.include(triple);
                 b.include(loose);
+                b.include(CoreSubject::new("math.fanout").handler(Fanout))
+                    .name("fanout");
             },
         )
     }
@@ -285,4 +330,198 @@ fn patterns_queue_groups_requests_and_schemas_are_described() {
     let about = loose["description"].as_str().expect("a description");
     assert!(about.contains("serde_json::value::Value"), "{about}");
     assert!(about.contains(".payload_schema::<T>()"), "{about}");
+    // Replies and outputs are named by the Rust type: declared at the mount site, or the
+    // `#[derive(Outgoing)]` type.
+    assert_eq!(
+        doc["channels"]["double.reply"]["messages"]["double.out"]["title"],
+        "Doubled"
+    );
+    assert_eq!(
+        doc["channels"]["math.tripled"]["messages"]["triple.out"]["title"],
+        "Tripled"
+    );
+    assert_eq!(
+        doc["channels"]["triple.reply"]["messages"]["triple.out"]["title"],
+        "Tripled"
+    );
+    let text = doc.to_string();
+    assert!(!text.contains("the handler's value"), "{text}");
+    // A handler publishing two types: each subject's message is its own type, with its schema.
+    let fanout = |channel: &str| &doc["channels"][channel]["messages"]["fanout.out"];
+    assert_eq!(fanout("math.doubled")["title"], "Doubled");
+    assert_eq!(fanout("math.audited")["title"], "Audited");
+    assert_eq!(
+        fanout("math.audited")["payload"]["properties"]["value"]["type"],
+        "integer"
+    );
+}
+
+mod described {
+    use ruststream::asyncapi::{Contact, ExternalDocs, License, SecurityScheme, Tag};
+    use ruststream_nats::prelude::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    pub struct Order {
+        pub id: u64,
+    }
+
+    #[subscriber("orders.placed")]
+    pub async fn placed(o: &Order) -> HandlerOutcome {
+        if o.id == 0 {
+            HandlerOutcome::drop()
+        } else {
+            HandlerOutcome::ack()
+        }
+    }
+
+    pub fn info() -> AppInfo {
+        AppInfo::new("orders", "2.0.0")
+            .description("Takes orders **as they are placed**.")
+            .contact(
+                Contact::new("Orders team")
+                    .url("https://example.com/teams/orders")
+                    .email("orders@example.com"),
+            )
+            .license(License::new("Apache-2.0").url("https://www.apache.org/licenses/LICENSE-2.0"))
+            .tag("orders")
+            .tag(Tag::new("retail").description("What the shop sells"))
+            .external_docs(
+                ExternalDocs::new("https://docs.example.com/orders").description("The runbook"),
+            )
+    }
+
+    /// Two brokers: one whose credentials are in its URL and who presents a client
+    /// certificate, one on a client connected elsewhere whose way the app declares.
+    pub fn app() -> impl App<State = ()> {
+        RustStream::new(info())
+            .with_broker(
+                NatsBroker::new("tls://orders:s3cret-pw@nats.internal:4222")
+                    .client_certificate("/etc/orders/client.pem", "/etc/orders/client.key")
+                    .security_scheme(SecurityScheme::UserPassword),
+                |b| {
+                    b.include(placed)
+                        .max_attempts(nonzero!(3))
+                        .header_schema("x-tenant", "the shop the order was placed in");
+                },
+            )
+            .with_broker(
+                NatsBroker::new("nats://other.internal:4222")
+                    .token("tok-SECRET-123")
+                    .security_scheme(SecurityScheme::custom(
+                        "sso",
+                        serde_json::json!({"type": "openIdConnect",
+                            "openIdConnectUrl": "https://sso.example.com/.well-known/openid-configuration"}),
+                    )),
+                |_| {},
+            )
+    }
+}
+
+#[test]
+fn info_metadata_security_schemes_and_headers_are_described() {
+    let doc = document(&described::app());
+    assert_valid("orders", &doc);
+    let info = &doc["info"];
+    assert_eq!(info["title"], "orders");
+    assert_eq!(info["version"], "2.0.0");
+    assert_eq!(info["description"], "Takes orders **as they are placed**.");
+    assert_eq!(
+        info["contact"],
+        json!({"name": "Orders team", "url": "https://example.com/teams/orders", "email": "orders@example.com"})
+    );
+    assert_eq!(
+        info["license"],
+        json!({"name": "Apache-2.0", "url": "https://www.apache.org/licenses/LICENSE-2.0"})
+    );
+    assert_eq!(
+        info["tags"],
+        json!([{"name": "orders"}, {"name": "retail", "description": "What the shop sells"}])
+    );
+    assert_eq!(
+        info["externalDocs"],
+        json!({"url": "https://docs.example.com/orders", "description": "The runbook"})
+    );
+    // Each server references the ways its client authenticates: derived from the
+    // configuration, then declared, each once.
+    let refs = |server: &str| -> Vec<String> {
+        doc["servers"][server]["security"]
+            .as_array()
+            .expect("security")
+            .iter()
+            .map(|r| r["$ref"].as_str().expect("a reference").to_owned())
+            .collect()
+    };
+    assert_eq!(
+        refs("nats"),
+        [
+            "#/components/securitySchemes/nats_user_password",
+            "#/components/securitySchemes/nats_tls_client_certificate",
+        ]
+    );
+    assert_eq!(
+        refs("nats1"),
+        [
+            "#/components/securitySchemes/nats_token",
+            "#/components/securitySchemes/sso",
+        ]
+    );
+    let schemes = &doc["components"]["securitySchemes"];
+    assert_eq!(schemes["nats_user_password"]["type"], "userPassword");
+    assert_eq!(schemes["nats_tls_client_certificate"]["type"], "X509");
+    assert_eq!(schemes["nats_token"]["type"], "apiKey");
+    assert_eq!(schemes["sso"]["type"], "openIdConnect");
+    assert_eq!(schemes.as_object().expect("schemes").len(), 4);
+    // Never a secret.
+    let text = doc.to_string();
+    for secret in ["s3cret-pw", "tok-SECRET-123", "client.key"] {
+        assert!(!text.contains(secret), "{secret} in {text}");
+    }
+    // Headers: what the runtime reads on the input, the retry count on a capped Core
+    // registration's input and its retry copies.
+    let input = &doc["channels"]["orders.placed"]["messages"]["placed.in"]["headers"];
+    for header in [
+        "content-type",
+        "x-correlation-id",
+        "traceparent",
+        "x-ruststream-retry-count",
+    ] {
+        assert_eq!(
+            input["properties"][header]["type"], "string",
+            "{header}: {input}"
+        );
+    }
+    // A header declared at the mount site, on the input and on its copies as they arrived.
+    assert_eq!(
+        input["properties"]["x-tenant"]["description"],
+        "the shop the order was placed in"
+    );
+    let copy = &doc["channels"]["orders.placed"]["messages"]["placed.retry_copy"]["headers"];
+    assert!(
+        copy["properties"]["x-ruststream-retry-count"].is_object(),
+        "{copy}"
+    );
+    assert!(copy["properties"]["x-tenant"].is_object(), "{copy}");
+    // The trace context header is checked as W3C writes it.
+    let traceparent =
+        jsonschema::validator_for(&input["properties"]["traceparent"]).expect("a JSON Schema");
+    assert!(traceparent.is_valid(&json!(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    )));
+    assert!(!traceparent.is_valid(&json!("not a trace")));
+    // The YAML form says the same.
+    let back: Value = serde_norway::from_str(&to_yaml(&doc).expect("YAML")).expect("YAML parses");
+    assert_eq!(back, doc);
+}
+
+#[test]
+fn a_bad_security_scheme_or_tag_fails_the_official_schema() {
+    // The validator checks the new parts too: a scheme AsyncAPI does not know, and a tag
+    // without a name, are refused.
+    let mut doc = document(&described::app());
+    doc["components"]["securitySchemes"]["sso"] = json!({"type": "carrier-pigeon"});
+    assert!(!validator().is_valid(&doc));
+    let mut doc = document(&described::app());
+    doc["info"]["tags"] = json!([{"description": "a tag without a name"}]);
+    assert!(!validator().is_valid(&doc));
 }

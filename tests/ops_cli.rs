@@ -278,6 +278,54 @@ fn asyncapi_prints_the_document_as_json_and_as_yaml() {
 }
 
 #[test]
+fn asyncapi_writes_the_document_to_a_file_and_names_a_path_it_cannot_write() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // JSON, into the file, nothing of it on the terminal.
+    let json_path = dir.path().join("payments-api.json");
+    let (ok, text) = output(&mut payments([
+        "asyncapi",
+        "-o",
+        json_path.to_str().expect("a UTF-8 path"),
+    ]));
+    assert!(ok, "{text}");
+    assert!(!text.contains("\"asyncapi\""), "printed as well: {text}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).expect("the file"))
+            .expect("JSON");
+    assert_eq!(written["asyncapi"], "3.0.0");
+    assert_eq!(written["info"]["title"], "payments");
+    // `--yaml` still chooses YAML, with the long form of the flag.
+    let yaml_path = dir.path().join("payments-api.yaml");
+    let (ok, text) = output(&mut payments([
+        "asyncapi",
+        "--yaml",
+        "--output",
+        yaml_path.to_str().expect("a UTF-8 path"),
+    ]));
+    assert!(ok, "{text}");
+    let yaml = std::fs::read_to_string(&yaml_path).expect("the file");
+    assert!(yaml.contains("asyncapi: 3.0.0"), "{yaml}");
+    let from_yaml: serde_json::Value = serde_norway::from_str(&yaml).expect("YAML");
+    assert_eq!(from_yaml, written);
+    // A path that cannot be written: an error naming it, a failing exit, no file.
+    let missing = dir.path().join("no-such-dir").join("api.json");
+    let (ok, text) = output(&mut payments([
+        "asyncapi",
+        "-o",
+        missing.to_str().expect("a UTF-8 path"),
+    ]));
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&format!(
+            "error: cannot write the AsyncAPI document to {}",
+            missing.display()
+        )),
+        "{text}"
+    );
+    assert!(!missing.exists());
+}
+
+#[test]
 fn run_embedded_stops_when_its_piped_input_ends_once_every_message_is_handled() {
     let mut child = payments(["run", "--embedded"])
         .stdin(Stdio::piped())

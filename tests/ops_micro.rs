@@ -62,14 +62,12 @@ const SERVICE: &str = "math_service";
 fn app(url: &str) -> impl App<State = ()> {
     let mut calc = Router::new("calc");
     calc.include(halve);
-    RustStream::new(
-        AppInfo::new("math.service", "1.2.0").with_description("doubles and halves numbers"),
-    )
-    .with_broker(NatsBroker::new(url), |b| {
-        b.include(double);
-        b.include_router(calc);
-        b.include(seen);
-    })
+    RustStream::new(AppInfo::new("math.service", "1.2.0").description("doubles and halves numbers"))
+        .with_broker(NatsBroker::new(url), |b| {
+            b.include(double);
+            b.include_router(calc);
+            b.include(seen);
+        })
 }
 
 /// Where `response` breaks the published schema `schema` (`ping_response`, `info_response`,

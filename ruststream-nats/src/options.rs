@@ -60,6 +60,9 @@ pub(crate) struct ConnectionOptions {
     pub(crate) subscription_capacity: Option<usize>,
     /// The client's own options (`NatsBroker::with_options`): the settings above apply on top.
     pub(crate) base: Option<ConnectOptions>,
+    /// Ways of authenticating the app declared for the AsyncAPI document
+    /// (`NatsBroker::security_scheme`).
+    pub(crate) declared_security: Vec<ruststream::asyncapi::SecurityScheme>,
 }
 
 impl ConnectionOptions {

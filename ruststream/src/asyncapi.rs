@@ -3,7 +3,10 @@
 //! the registration's policy as `x-ruststream` extensions, queue groups as NATS operation
 //! bindings), a `receive` operation per registration (with its reply, for a Core registration
 //! that answers requests) and a `send` operation per subject it publishes to, dead letters and
-//! retry copies included.
+//! retry copies included. Its `info` carries the metadata set on the app's
+//! [`AppInfo`](crate::AppInfo) ([`Metadata`]: `metadata.rs`), each server the ways its client
+//! authenticates ([`SecurityScheme`]: `security.rs`), each message the headers the runtime
+//! reads or writes (`headers.rs`).
 //!
 //! Payload schemas are JSON Schemas (draft 7) generated from the Rust types: traced from the
 //! payload type's serde `Deserialize` impl (see
@@ -26,14 +29,21 @@
 //! # }
 //! ```
 
+mod headers;
 mod html;
+mod metadata;
+mod security;
 
 use serde_json::{Map, Value, json};
+
+use self::headers::Role;
 
 use crate::codec::Codec;
 use crate::registration::RegistrationInfo;
 use crate::settle::DeliveryModel;
 
+pub use self::metadata::{Contact, ExternalDocs, License, Metadata, Tag};
+pub use self::security::SecurityScheme;
 pub use crate::registration::{SchemaFn, Schemas, schema_of};
 
 /// An id AsyncAPI accepts (`^[\w\d.\-_]+$`) for `subject`: `*` is `_any_`, `>` is `_rest_`.
@@ -71,11 +81,13 @@ fn message(
     schema: Option<SchemaFn>,
     about: &str,
     content_type: &str,
+    headers: Value,
 ) -> Value {
     let mut message = json!({
         "name": id(name),
         "title": title,
         "contentType": content_type,
+        "headers": headers,
     });
     match schema.and_then(|schema| schema()) {
         Some(schema) => {
@@ -146,8 +158,12 @@ pub struct DocumentInput {
     pub name: String,
     /// The app's version.
     pub version: String,
+    /// The app's description, contact, license, tags and external docs.
+    pub metadata: Metadata,
     /// The brokers, as `(kind, address)`.
     pub brokers: Vec<(&'static str, String)>,
+    /// How each broker's client authenticates, in the order of `brokers`.
+    pub security: Vec<Vec<SecurityScheme>>,
     /// The streams the brokers declare, as `(name, subjects)`.
     pub streams: Vec<(String, Vec<String>)>,
     /// Every registration.
@@ -165,6 +181,7 @@ pub fn document<A: DocumentSource + ?Sized>(app: &A) -> Value {
     let input = app.document_input();
     let streams = &input.streams;
     let mut servers = Map::new();
+    let mut schemes = Map::new();
     for (i, (kind, address)) in input.brokers.iter().enumerate() {
         let first = address.split(',').next().unwrap_or(address).trim();
         let (protocol, host) = match first.split_once("://") {
@@ -177,26 +194,48 @@ pub fn document<A: DocumentSource + ?Sized>(app: &A) -> Value {
         } else {
             format!("{kind}{i}")
         };
-        servers.insert(
-            name,
-            json!({
-                "host": host.trim_end_matches('/'),
-                "protocol": protocol,
-                "description": format!("the {kind} broker the app connects to unless `run --url` or NATS_URL says otherwise"),
-            }),
-        );
+        let mut server = json!({
+            "host": host.trim_end_matches('/'),
+            "protocol": protocol,
+            "description": format!("the {kind} broker the app connects to unless `run --url` or NATS_URL says otherwise"),
+        });
+        let security: Vec<Value> = input
+            .security
+            .get(i)
+            .into_iter()
+            .flatten()
+            .map(|scheme| {
+                let (scheme_id, scheme) = scheme.to_asyncapi();
+                let scheme_id = id(&scheme_id);
+                let reference =
+                    json!({"$ref": format!("#/components/securitySchemes/{scheme_id}")});
+                schemes.insert(scheme_id, scheme);
+                reference
+            })
+            .collect();
+        if !security.is_empty() {
+            server["security"] = Value::Array(security);
+        }
+        servers.insert(name, server);
     }
     let mut doc = Doc::default();
     for r in &input.registrations {
         receive(&mut doc, r);
     }
+    let mut info = Map::new();
+    info.insert("title".to_owned(), json!(input.name));
+    info.insert("version".to_owned(), json!(input.version));
+    info.insert(
+        "description".to_owned(),
+        json!(format!(
+            "{} {}: a RustStream service",
+            input.name, input.version
+        )),
+    );
+    input.metadata.write(&mut info);
     let mut out = json!({
         "asyncapi": "3.0.0",
-        "info": {
-            "title": input.name,
-            "version": input.version,
-            "description": format!("{} {}: a RustStream service", input.name, input.version),
-        },
+        "info": info,
         "defaultContentType": "application/json",
         "servers": servers,
         "channels": doc.channels,
@@ -208,6 +247,9 @@ pub fn document<A: DocumentSource + ?Sized>(app: &A) -> Value {
             .map(|(name, subjects)| json!({"name": name, "subjects": subjects}))
             .collect();
     }
+    if !schemes.is_empty() {
+        out["components"] = json!({"securitySchemes": schemes});
+    }
     out
 }
 
@@ -215,6 +257,10 @@ pub fn document<A: DocumentSource + ?Sized>(app: &A) -> Value {
 fn receive(doc: &mut Doc, r: &RegistrationInfo) {
     let d = &r.descriptor;
     let payload_type = short(r.schemas.payload_type);
+    let jetstream = d.model == DeliveryModel::JetStream;
+    let copy = if jetstream { None } else { r.copy_target() };
+    // A Core registration that makes retry copies may be handed them: they carry the count.
+    let retried = copy.is_some();
     // The registration's codec: its schemas describe the serde data model it encodes.
     let codec = r.policy.codec.unwrap_or_default().content_type();
     let content_type = if r.schemas.raw {
@@ -228,8 +274,8 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
         r.schemas.payload,
         &format!("a `{}` ({content_type})", r.schemas.payload_type),
         content_type,
+        headers::schema(Role::Input { retried }, &r.schemas.headers),
     );
-    let jetstream = d.model == DeliveryModel::JetStream;
     let extra = jetstream.then(|| {
         (
             "x-ruststream-jetstream",
@@ -269,15 +315,29 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
     if let Some(group) = &d.queue_group {
         operation["bindings"] = json!({"nats": {"queue": group, "bindingVersion": "0.1.0"}});
     }
-    let output_type = "the handler's value";
-    for subject in &r.publishes {
+    // Named by the Rust type the handler returns (its `#[derive(Outgoing)]` type, or the one a
+    // `.reply_schema::<T>()` declared).
+    let output_type = r.schemas.reply_type.map_or("the handler's value", short);
+    for (i, subject) in r.publishes.iter().enumerate() {
         let out_id = format!("{}.out", r.name);
+        // Each output by its own type; the first is what a reply handler returns, which a
+        // declared `.reply_schema::<T>()` describes.
+        let (title, schema) = match r.schemas.outputs.get(i) {
+            Some(&(type_name, schema)) if i > 0 => (short(type_name), Some(schema)),
+            _ => (output_type, r.schemas.reply),
+        };
         let out = message(
             &out_id,
-            output_type,
-            r.schemas.reply,
+            title,
+            schema,
             "what the handler returns",
             codec,
+            headers::schema(
+                Role::Output {
+                    stored_input: jetstream,
+                },
+                &[],
+            ),
         );
         let (channel, msg) = doc.channel(Some(subject), &id(subject), &id(&out_id), out, None);
         doc.operations.insert(
@@ -299,6 +359,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
             r.schemas.reply,
             "what the handler returns",
             codec,
+            headers::schema(Role::Reply, &[]),
         );
         let (channel, msg) = doc.channel(
             None,
@@ -313,7 +374,6 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
         }
         operation["reply"] = json!({"channel": channel, "messages": [msg]});
     }
-    let copy = if jetstream { None } else { r.copy_target() };
     for (what, subject) in [
         ("dead_letter", r.policy.dead_letter.as_deref()),
         ("retry_copy", copy),
@@ -321,7 +381,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
         let Some(subject) = subject else { continue };
         let copy_id = format!("{}.{what}", r.name);
         let about = if what == "dead_letter" {
-            "the spent delivery, as it arrived, with headers saying why"
+            "the spent delivery, as it arrived"
         } else {
             "a Core retry copy, as it arrived, with its retry count header"
         };
@@ -331,6 +391,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
             r.schemas.payload,
             about,
             content_type,
+            headers::schema(Role::Input { retried }, &r.schemas.headers),
         );
         let (channel, msg) = doc.channel(Some(subject), &id(subject), &id(&copy_id), copied, None);
         doc.operations.insert(

@@ -31,6 +31,12 @@ pub trait Broker: Send + 'static {
         Vec::new()
     }
 
+    /// How the broker's client authenticates, for the AsyncAPI document: the ways its
+    /// configuration shows, never a secret. None by default.
+    fn security_schemes(&self) -> Vec<crate::asyncapi::SecurityScheme> {
+        Vec::new()
+    }
+
     /// What the broker would run but warns about at startup (and `check` prints): a
     /// registration that can retry forever, say. One sentence each, naming the registration.
     fn warnings(&self, registrations: &[RegistrationInfo]) -> Vec<String> {

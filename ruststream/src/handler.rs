@@ -203,6 +203,10 @@ pub trait HandleBatch<In, Outs = (), S = ()>: Send + Sync + 'static {
     }
 }
 
+/// An output's Rust type (as `std::any::type_name` spells it) and the function making its JSON
+/// Schema, for `asyncapi` ([`Outs::output_types`]).
+pub type OutputType = (&'static str, fn() -> Option<serde_json::Value>);
+
 /// What a handler publishes besides settling: built once per registration.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a set of handler outputs",
@@ -219,6 +223,18 @@ pub trait Outs: Default + Send + Sync + 'static {
     fn reply_schema() -> Option<fn() -> Option<serde_json::Value>> {
         None
     }
+
+    /// The Rust type of what these outputs publish, for `asyncapi`: the first output's
+    /// [`Outgoing::type_name`].
+    fn reply_type() -> Option<&'static str> {
+        None
+    }
+
+    /// Each output's Rust type and JSON Schema, in the order of [`subjects`](Self::subjects),
+    /// for `asyncapi`.
+    fn output_types() -> Vec<OutputType> {
+        Vec::new()
+    }
 }
 
 impl Outs for () {}
@@ -232,6 +248,16 @@ impl<A: Outs, B: Outs> Outs for (A, B) {
 
     fn reply_schema() -> Option<fn() -> Option<serde_json::Value>> {
         A::reply_schema().or_else(B::reply_schema)
+    }
+
+    fn reply_type() -> Option<&'static str> {
+        A::reply_type().or_else(B::reply_type)
+    }
+
+    fn output_types() -> Vec<OutputType> {
+        let mut t = A::output_types();
+        t.extend(B::output_types());
+        t
     }
 }
 
@@ -247,6 +273,19 @@ impl<A: Outs, B: Outs, C: Outs> Outs for (A, B, C) {
         A::reply_schema()
             .or_else(B::reply_schema)
             .or_else(C::reply_schema)
+    }
+
+    fn reply_type() -> Option<&'static str> {
+        A::reply_type()
+            .or_else(B::reply_type)
+            .or_else(C::reply_type)
+    }
+
+    fn output_types() -> Vec<OutputType> {
+        let mut t = A::output_types();
+        t.extend(B::output_types());
+        t.extend(C::output_types());
+        t
     }
 }
 
@@ -279,6 +318,14 @@ impl<T: Outgoing + 'static> Outs for Publisher<T> {
 
     fn reply_schema() -> Option<fn() -> Option<serde_json::Value>> {
         Some(T::schema)
+    }
+
+    fn reply_type() -> Option<&'static str> {
+        Some(T::type_name())
+    }
+
+    fn output_types() -> Vec<OutputType> {
+        vec![(T::type_name(), T::schema)]
     }
 }
 

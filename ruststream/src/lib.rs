@@ -40,7 +40,7 @@ pub use extract::{
     Attempt, Ctx, Delivered, FromContext, FromRef, Key, LastAttempt, MessageHeaders, Rejection,
     State, Subject,
 };
-pub use handler::{BatchContext, BatchOutcome, Handle, HandleBatch, Outs, Publisher};
+pub use handler::{BatchContext, BatchOutcome, Handle, HandleBatch, OutputType, Outs, Publisher};
 pub use header::{CorrelationId, Header, TypedHeader};
 pub use outcome::HandlerOutcome;
 pub use outgoing::Outgoing;

@@ -86,4 +86,10 @@ pub trait Outgoing: Serialize + Send + Sync {
     fn schema() -> Option<serde_json::Value> {
         None
     }
+
+    /// The Rust type's name, as `std::any::type_name` spells it: what `asyncapi` names the
+    /// message by (its last path segment, `Captured`).
+    fn type_name() -> &'static str {
+        std::any::type_name::<Self>()
+    }
 }

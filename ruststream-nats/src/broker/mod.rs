@@ -3,11 +3,12 @@
 //! This file holds the broker, its builder methods and its `Broker` methods (validate, check,
 //! start). `connect.rs` makes the connection (and says why one failed), `checks.rs` holds the
 //! startup checks and notes made against the server, `opening.rs` opens a registration's
-//! subscription or pull consumer.
+//! subscription or pull consumer, `security.rs` says how it authenticates (for AsyncAPI).
 
 mod checks;
 mod connect;
 mod opening;
+mod security;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -248,6 +249,10 @@ impl Broker for NatsBroker {
 
     fn warnings(&self, registrations: &[RegistrationInfo]) -> Vec<String> {
         crate::validate::warnings(registrations)
+    }
+
+    fn security_schemes(&self) -> Vec<ruststream::asyncapi::SecurityScheme> {
+        self.described_security()
     }
 
     fn declared_streams(&self) -> Vec<(String, Vec<String>)> {

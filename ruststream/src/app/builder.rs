@@ -306,6 +306,13 @@ impl<S: Send + Sync + 'static, M: 'static> App for RustStream<S, M> {
         self.service().and_then(Result::ok)
     }
 
+    fn broker_security(&self) -> Vec<Vec<crate::asyncapi::SecurityScheme>> {
+        self.brokers
+            .iter()
+            .map(|(b, _)| b.security_schemes())
+            .collect()
+    }
+
     // Spelled as the trait spells it: the `Send` bound is the point of the signature.
     #[allow(clippy::manual_async_fn)]
     fn check(self, env: Env) -> impl Future<Output = Result<Vec<String>, Error>> + Send {

@@ -81,6 +81,9 @@ enum Command {
         /// Print a standalone HTML page of the document, to open in a browser.
         #[arg(long, conflicts_with = "yaml")]
         html: bool,
+        /// Write the document to FILE instead of printing it.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
     },
 }
 
@@ -159,19 +162,30 @@ where
             }
             ExitCode::SUCCESS
         }
-        Command::Asyncapi { yaml, html } => {
+        Command::Asyncapi { yaml, html, output } => {
             let document = crate::asyncapi::document(&app);
-            if html {
-                print!("{}", crate::asyncapi::to_html(&document));
+            let text = if html {
+                crate::asyncapi::to_html(&document)
             } else if yaml {
                 match crate::asyncapi::to_yaml(&document) {
-                    Ok(text) => print!("{text}"),
+                    Ok(text) => text,
                     Err(err) => return fail(&format!("cannot write the document as YAML: {err}")),
                 }
             } else {
                 match serde_json::to_string_pretty(&document) {
-                    Ok(text) => println!("{text}"),
+                    Ok(text) => text + "\n",
                     Err(err) => return fail(&format!("cannot write the document as JSON: {err}")),
+                }
+            };
+            match output {
+                None => print!("{text}"),
+                Some(path) => {
+                    if let Err(err) = std::fs::write(&path, text) {
+                        return fail(&format!(
+                            "cannot write the AsyncAPI document to {}: {err}",
+                            path.display()
+                        ));
+                    }
                 }
             }
             ExitCode::SUCCESS

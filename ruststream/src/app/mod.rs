@@ -54,6 +54,12 @@ pub trait App: Send + 'static {
     /// The brokers, as `(kind, address)`, for `describe`.
     fn brokers(&self) -> Vec<(&'static str, String)>;
 
+    /// How each broker's client authenticates, in the order of [`brokers`](Self::brokers), for
+    /// the AsyncAPI document's security schemes.
+    fn broker_security(&self) -> Vec<Vec<crate::asyncapi::SecurityScheme>> {
+        Vec::new()
+    }
+
     /// The streams the brokers declare at startup, as `(name, subjects)`, for `describe`.
     fn declared_streams(&self) -> Vec<(String, Vec<String>)> {
         Vec::new()
@@ -110,7 +116,9 @@ impl<A: App> DocumentSource for A {
         DocumentInput {
             name: self.info().name().to_owned(),
             version: self.info().version().to_owned(),
+            metadata: self.info().metadata().clone(),
             brokers: self.brokers(),
+            security: self.broker_security(),
             streams: self.declared_streams(),
             registrations: self.registrations(),
         }

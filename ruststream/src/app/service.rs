@@ -49,7 +49,7 @@ impl ServiceIdentity {
         Ok(Self {
             name: service_name(info.name()),
             version: info.version().to_owned(),
-            description: info.description().unwrap_or_default().to_owned(),
+            description: info.metadata().description.clone().unwrap_or_default(),
         })
     }
 }
@@ -173,7 +173,7 @@ mod tests {
         let err = ServiceIdentity::of(&AppInfo::new("math", "1.0")).expect_err("not semver");
         assert!(err.to_string().contains("`1.0`"), "{err}");
         assert!(err.to_string().contains(".micro_service(false)"), "{err}");
-        let ok = ServiceIdentity::of(&AppInfo::new("my.math", "1.0.0").with_description("sums"))
+        let ok = ServiceIdentity::of(&AppInfo::new("my.math", "1.0.0").description("sums"))
             .expect("valid");
         assert_eq!(
             (ok.name.as_str(), ok.description.as_str()),

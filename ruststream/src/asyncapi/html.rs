@@ -78,17 +78,29 @@ fn fields(object: &Value) -> String {
 }
 
 fn servers(document: &Value, out: &mut String) {
-    out.push_str("<section id=\"servers\"><h2>Servers</h2><table><thead><tr><th>name</th><th>protocol</th><th>host</th><th>description</th></tr></thead><tbody>");
+    out.push_str("<section id=\"servers\"><h2>Servers</h2><table><thead><tr><th>name</th><th>protocol</th><th>host</th><th>description</th><th>security</th></tr></thead><tbody>");
     if let Some(servers) = document["servers"].as_object() {
         for (name, server) in servers {
+            // Each scheme by its id and AsyncAPI type: `nats_token (apiKey)`.
+            let security: Vec<String> = server["security"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["$ref"].as_str()?.rsplit('/').next())
+                .map(|id| {
+                    let kind = &document["components"]["securitySchemes"][id]["type"];
+                    format!("{id} ({})", text(kind))
+                })
+                .collect();
             let _ = write!(
                 out,
-                "<tr id=\"server-{}\"><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
+                "<tr id=\"server-{}\"><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
                 esc(name),
                 esc(name),
                 esc(&text(&server["protocol"])),
                 esc(&text(&server["host"])),
                 esc(&text(&server["description"])),
+                esc(&security.join(", ")),
             );
         }
     }
@@ -252,7 +264,7 @@ pub(super) fn page(document: &Value) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{} {}: AsyncAPI {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<nav id=\"contents\" aria-label=\"Contents\"></nav>\n<main>\n<header><h1>{} <small class=\"version\">{}</small></h1><p>{}</p><p class=\"label\">AsyncAPI {}, default content type <code>{}</code></p></header>\n",
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{} {}: AsyncAPI {}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<nav id=\"contents\" aria-label=\"Contents\"></nav>\n<main>\n<header><h1>{} <small class=\"version\">{}</small></h1><p>{}</p><p class=\"label\">AsyncAPI {}, default content type <code>{}</code></p>",
         esc(&title),
         esc(&version),
         esc(&spec),
@@ -262,6 +274,15 @@ pub(super) fn page(document: &Value) -> String {
         esc(&spec),
         esc(&text(&document["defaultContentType"])),
     );
+    // The app's metadata: contact, license, tags, external docs, when set.
+    let about: serde_json::Map<String, Value> = ["contact", "license", "tags", "externalDocs"]
+        .into_iter()
+        .filter_map(|key| Some((key.to_owned(), document["info"].get(key)?.clone())))
+        .collect();
+    if !about.is_empty() {
+        out.push_str(&fields(&Value::Object(about)));
+    }
+    out.push_str("</header>\n");
     servers(document, &mut out);
     channels(document, &mut out);
     operations(document, &mut out);

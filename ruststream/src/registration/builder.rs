@@ -490,6 +490,7 @@ impl<S> Registration<S> {
     /// (`asyncapi`).
     pub fn reply_schema<T: schemars::JsonSchema>(&mut self) -> &mut Self {
         self.schemas.reply = Some(declared_schema::<T>);
+        self.schemas.reply_type = Some(std::any::type_name::<T>());
         self
     }
 }

@@ -26,6 +26,14 @@ pub struct Schemas {
     /// The JSON Schema of what the handler publishes and answers with: declared, or its
     /// [`Outgoing`](crate::Outgoing) type's.
     pub reply: Option<SchemaFn>,
+    /// The Rust type of what the handler publishes and answers with: declared, or its
+    /// [`Outgoing`](crate::Outgoing) type's.
+    pub reply_type: Option<&'static str>,
+    /// Each output's Rust type and JSON Schema, in the order the registration's `publishes`
+    /// lists their subjects.
+    pub outputs: Vec<(&'static str, SchemaFn)>,
+    /// Headers the handler reads, declared at the mount site, as `(name, what it means)`.
+    pub headers: Vec<(String, String)>,
 }
 
 impl fmt::Debug for Schemas {
@@ -35,6 +43,9 @@ impl fmt::Debug for Schemas {
             .field("raw", &self.raw)
             .field("payload", &self.payload.is_some())
             .field("reply", &self.reply.is_some())
+            .field("reply_type", &self.reply_type)
+            .field("headers", &self.headers)
+            .field("outputs", &self.outputs.len())
             .finish()
     }
 }
@@ -51,6 +62,14 @@ impl PartialEq for Schemas {
             && self.raw == other.raw
             && same(self.payload, other.payload)
             && same(self.reply, other.reply)
+            && self.reply_type == other.reply_type
+            && self.headers == other.headers
+            && self.outputs.len() == other.outputs.len()
+            && self
+                .outputs
+                .iter()
+                .zip(&other.outputs)
+                .all(|(a, b)| a.0 == b.0 && same(Some(a.1), Some(b.1)))
     }
 }
 
@@ -64,6 +83,9 @@ impl Schemas {
             raw: false,
             payload: None,
             reply: None,
+            reply_type: None,
+            headers: Vec::new(),
+            outputs: Vec::new(),
         }
     }
 
@@ -103,8 +125,24 @@ impl Schemas {
     pub fn replying<O: Outs>(self) -> Self {
         Self {
             reply: O::reply_schema(),
+            reply_type: O::reply_type(),
+            outputs: O::output_types(),
             ..self
         }
+    }
+}
+
+impl<S> super::Registration<S> {
+    /// Declares a header the handler reads (`x-tenant`) and what it means, for `asyncapi`: the
+    /// registration's input message lists it in its `headers` schema, beside those the runtime
+    /// reads itself.
+    pub fn header_schema(
+        &mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+    ) -> &mut Self {
+        self.schemas.headers.push((name.into(), description.into()));
+        self
     }
 }
 
