@@ -62,25 +62,37 @@ impl Pool {
     where
         F: Future<Output = Handled> + Send + 'static,
     {
-        let Some(worker) = self
-            .workers
-            .iter()
-            .min_by_key(|w| w.busy.load(Ordering::Relaxed))
-        else {
-            return stopped();
+        // The least busy thread, claimed atomically: two calls starting at once on the app's
+        // workers would otherwise both see the same idle thread, and one would wait behind the
+        // other's computation while another thread sat idle.
+        let worker = loop {
+            let Some((worker, seen)) = self
+                .workers
+                .iter()
+                .map(|w| (w, w.busy.load(Ordering::Acquire)))
+                .min_by_key(|(_, busy)| *busy)
+            else {
+                return stopped();
+            };
+            if worker
+                .busy
+                .compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break worker;
+            }
         };
         let (done, result) = oneshot::channel();
         let (call, cancel) = futures::future::abortable(call);
         let busy = Arc::clone(&worker.busy);
-        busy.fetch_add(1, Ordering::Relaxed);
         let job: Job = Box::pin(async move {
             if let Ok(handled) = call.await {
                 let _ = done.send(handled);
             }
-            busy.fetch_sub(1, Ordering::Relaxed);
+            busy.fetch_sub(1, Ordering::Release);
         });
         if worker.jobs.send(job).is_err() {
-            worker.busy.fetch_sub(1, Ordering::Relaxed);
+            worker.busy.fetch_sub(1, Ordering::Release);
             return stopped();
         }
         let _cancel_on_drop = CancelOnDrop(cancel);
@@ -216,5 +228,47 @@ mod tests {
         assert!(!finished.load(Ordering::SeqCst));
         let ran = pool.run(async { thread_name() }).await;
         assert_eq!(ran, Handled::NoOutcome("gone-0".to_owned()));
+    }
+
+    /// Calls that start together take different idle threads: each waits until both run, so
+    /// two on one thread (whose runtime the first would hold) would never meet.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn calls_started_together_take_different_threads() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::{Duration, Instant};
+
+        for round in 0..50 {
+            let pool =
+                Arc::new(Pool::start("pair", NonZeroUsize::new(2).expect("2")).expect("threads"));
+            let running = Arc::new(AtomicUsize::new(0));
+            let calls = (0..2).map(|_| {
+                let (pool, running) = (Arc::clone(&pool), Arc::clone(&running));
+                tokio::spawn(async move {
+                    pool.run(async move {
+                        running.fetch_add(1, Ordering::SeqCst);
+                        let deadline = Instant::now() + Duration::from_secs(10);
+                        while running.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
+                            std::hint::spin_loop();
+                        }
+                        thread_name()
+                    })
+                    .await
+                })
+            });
+            let mut names = Vec::new();
+            for call in calls.collect::<Vec<_>>() {
+                match call.await.expect("the call's task") {
+                    Handled::NoOutcome(name) => names.push(name),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            names.sort();
+            assert_eq!(
+                names,
+                ["pair-0", "pair-1"],
+                "round {round}: both calls on one thread"
+            );
+        }
     }
 }
