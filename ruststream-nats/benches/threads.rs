@@ -134,17 +134,19 @@ fn measure(
     measured
 }
 
+/// The command line, as clap reads it.
+#[derive(clap::Parser)]
+struct Args {
+    /// Requests per row, one at a time, 2 ms apart.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    requests: u32,
+    /// Passed by `cargo bench` to every bench target; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let mut requests = 200;
-    while let Some(arg) = args.next() {
-        if arg == "--requests" {
-            requests = args
-                .next()
-                .and_then(|n| n.parse().ok())
-                .expect("--requests N");
-        }
-    }
+    let Args { requests, .. } = <Args as clap::Parser>::parse();
     let server = NatsServer::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
