@@ -1,5 +1,8 @@
-// Over 500 lines with its module docs: about 90 of them are the in-process testing guide's runnable
-// example. The code is `TestApp` alone; what it records lives in `recorder.rs`.
+// Over 500 lines: about 110 of them are module docs with the in-process guide's runnable
+// example, the rest `TestApp`'s start, settle and advance in both modes, kept together so one
+// reads how the two modes differ. What it records lives in `recorder.rs`, the questions in
+// `questions.rs`, a real server's side (its wire record, the rule of a live `settle`) in
+// `live.rs` and `wire.rs`.
 
 //! Testing a service in process: the unchanged production app, with NATS emulated inside the
 //! process and every delay on tokio's clock.
@@ -86,6 +89,17 @@
 //! The rule assumes the test runs on tokio's current-thread runtime (what `#[tokio::test]`
 //! starts), where one yield lets every other ready task run first.
 //!
+//! # Against a real server
+//!
+//! [`TestApp::start_live`] runs the same app, and the same test body, against a real
+//! nats-server at a URL; [`NatsServer::start`] starts one for the test (a free port, JetStream,
+//! a temporary store, stopped on drop). The questions are the same (`outcomes`, `delivered`,
+//! `published`, `dead_letters`, [`consumer_info`](TestApp::consumer_info),
+//! [`stream_messages`](TestApp::stream_messages),
+//! [`acknowledgements`](TestApp::acknowledgements)); [`settle`](TestApp::settle) waits on what
+//! the server shows and [`advance`](TestApp::advance) waits real time. `docs/testing.md` has
+//! the whole rule and an example.
+//!
 //! # How `advance` moves the clock
 //!
 //! [`TestApp::advance`] settles, sleeps until the next deadline the emulation knows (an ack_wait
@@ -107,8 +121,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+mod live;
+mod questions;
 mod recorder;
+mod wire;
 
+pub use ruststream_test_server::{NatsServer, StartError};
+
+use self::live::Live;
+pub use self::live::{LIVE_PATIENCE, LIVE_POLL};
 pub use self::recorder::{DecodeFailure, HandledDelivery, HandlerPanic, Recorder};
 use crate::embedded::declare_merged;
 pub use crate::embedded::streams_of;
@@ -132,18 +153,20 @@ pub const LOOP_DELIVERIES: u64 = 1_000;
 ///
 /// See the [module docs](self) for an example and the exact rule of [`settle`](Self::settle).
 pub struct TestApp {
-    nats: InProcessNats,
+    backend: Backend,
     recorder: Arc<Recorder>,
     registrations: Vec<RegistrationInfo>,
     running: Mutex<Option<RunningApp>>,
     /// Streams `start` created that the app's brokers do not declare.
     undeclared: Vec<String>,
+    /// How long a live `settle` waits.
+    patience: Duration,
 }
 
 impl std::fmt::Debug for TestApp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TestApp")
-            .field("nats", &self.nats)
+            .field("live", &matches!(self.backend, Backend::Live(_)))
             .field(
                 "registrations",
                 &self
@@ -154,6 +177,12 @@ impl std::fmt::Debug for TestApp {
             )
             .finish_non_exhaustive()
     }
+}
+
+/// Where the app runs: NATS emulated in the process, or a real server.
+enum Backend {
+    InProcess(InProcessNats),
+    Live(Box<Live>),
 }
 
 /// What `settle` compares between yields.
@@ -212,14 +241,93 @@ impl TestApp {
             .with_observer(observer);
         let running = app.start(env).await?;
         let t = Self {
-            nats,
+            backend: Backend::InProcess(nats),
             recorder,
             registrations,
             running: Mutex::new(Some(running)),
             undeclared,
+            patience: LIVE_PATIENCE,
         };
         t.settle().await;
         Ok(t)
+    }
+
+    /// Starts `app` against the real nats-server at `url`, for the same test body as
+    /// [`start`](Self::start): the app on a connection of its own (its broker's URL and
+    /// connection options are replaced by it), every message the server carries recorded
+    /// through a second connection subscribed to `>`, the streams the app reads that the server
+    /// lacks (and the app does not declare) created, and deleted again by
+    /// [`shutdown`](Self::shutdown).
+    ///
+    /// Run it under tokio's running clock (`#[tokio::test]`, without `start_paused`):
+    /// [`settle`](Self::settle) waits on what the server shows, [`advance`](Self::advance)
+    /// waits real time, so a `retry_after(30 s)` takes 30 s. Use short delays in live tests.
+    /// [`NatsServer::start`] starts a server for the test.
+    ///
+    /// ```no_run
+    /// # use ruststream_nats::prelude::*;
+    /// use ruststream_nats::testing::{NatsServer, TestApp};
+    /// # async fn example(app: impl App) -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = NatsServer::start();
+    /// let t = TestApp::start_live(app, &server.url()).await?;
+    /// // ... the same publishes and assertions as in process ...
+    /// t.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `Connect` when no server answers at `url` (the message says how to start one), `Broker`
+    /// when a stream cannot be made, and what the app's start returns.
+    pub async fn start_live<A: App>(app: A, url: &str) -> Result<Self, Error> {
+        let registrations = app.registrations();
+        let declared: Vec<String> = app.declared_streams().into_iter().map(|(n, _)| n).collect();
+        let recorder = Arc::new(Recorder::default());
+        let (live, transport) =
+            Live::connect(url, &registrations, &declared, Arc::clone(&recorder)).await?;
+        if !live.created().is_empty() {
+            eprintln!(
+                "TestApp: created stream(s) {} on the nats-server at {url} because the app reads them; \
+                 in production the app refuses to start unless they exist or the broker declares them \
+                 (`NatsBroker::declare_stream`)",
+                live.created().join(", ")
+            );
+        }
+        let env = Env::new()
+            .with(TransportOverride(transport))
+            .with_observer(live.observer());
+        let running = match app.start(env).await {
+            Ok(running) => running,
+            Err(e) => {
+                live.clean_up().await;
+                return Err(e);
+            }
+        };
+        live.app_ready().await;
+        let undeclared = live.created().to_vec();
+        Ok(Self {
+            backend: Backend::Live(Box::new(live)),
+            recorder,
+            registrations,
+            running: Mutex::new(Some(running)),
+            undeclared,
+            patience: LIVE_PATIENCE,
+        })
+    }
+
+    /// How long [`settle`](Self::settle) waits on a real server before it panics with what is
+    /// still pending ([`LIVE_PATIENCE`] unless set); in process it counts yields, not time, and
+    /// this has no effect.
+    #[must_use]
+    pub fn with_patience(mut self, patience: Duration) -> Self {
+        self.patience = patience;
+        self
+    }
+
+    /// Whether the app runs against a real server ([`start_live`](Self::start_live)).
+    pub fn is_live(&self) -> bool {
+        matches!(self.backend, Backend::Live(_))
     }
 
     /// The streams [`start`](Self::start) created because the app reads them, though its
@@ -230,8 +338,20 @@ impl TestApp {
     }
 
     /// The emulated server, to ask what a test would ask a real one.
+    ///
+    /// # Panics
+    ///
+    /// On a test app started with [`start_live`](Self::start_live): ask the server through
+    /// [`consumer_info`](Self::consumer_info), [`stream_messages`](Self::stream_messages) and
+    /// [`acknowledgements`](Self::acknowledgements), which work in both modes.
     pub fn nats(&self) -> &InProcessNats {
-        &self.nats
+        match &self.backend {
+            Backend::InProcess(nats) => nats,
+            Backend::Live(_) => panic!(
+                "TestApp::nats: this test app runs against a real nats-server (`start_live`); \
+                 use `consumer_info`, `stream_messages` and `acknowledgements`, which ask either"
+            ),
+        }
     }
 
     /// Publishes `value`, encoded as JSON, to `subject` as a client would: a stream whose
@@ -255,9 +375,11 @@ impl TestApp {
     /// A client of the emulated server, as `NatsClient::of(&running)` gives in production:
     /// confirmed and JetStream publishes, requests.
     pub fn client(&self) -> crate::NatsClient {
-        crate::NatsClient::new(crate::publish::NatsPublisher::new(Arc::new(
-            self.nats.clone(),
-        )))
+        let transport: Arc<dyn Transport> = match &self.backend {
+            Backend::InProcess(nats) => Arc::new(nats.clone()),
+            Backend::Live(live) => live.test_transport(),
+        };
+        crate::NatsClient::new(crate::publish::NatsPublisher::new(transport))
     }
 
     /// Sends `value` as a Core request to `subject`, as a client would, and decodes the
@@ -289,23 +411,49 @@ impl TestApp {
         headers: Headers,
         payload: impl Into<Bytes>,
     ) -> Result<(), PublishError> {
-        self.nats
-            .publish(Arc::from(subject), headers, payload.into())
-            .await
-            .map_err(|e| {
-                PublishError::new(PublishErrorKind::InvalidSubject, subject).with_source(e)
-            })
+        match &self.backend {
+            Backend::InProcess(nats) => nats
+                .publish(Arc::from(subject), headers, payload.into())
+                .await
+                .map_err(|e| {
+                    PublishError::new(PublishErrorKind::InvalidSubject, subject).with_source(e)
+                }),
+            Backend::Live(live) => live.publish(subject, headers, payload.into()).await,
+        }
     }
 
     /// Returns once nothing can run without time passing: no handler can make progress and no
     /// message can be delivered. See the [module docs](self) for the exact rule.
     ///
+    /// Against a real server ([`start_live`](Self::start_live)) it returns once every message
+    /// was handled to a final or a pending outcome, as the server shows it: every delivery
+    /// settled on the wire, no stored message left for a consumer of the app, every Core
+    /// message handled, every dead letter and due retry copy published, every due redelivery
+    /// made.
+    ///
     /// # Panics
     ///
     /// When the app is still changing after [`MAX_ROUNDS`] yields: something redelivers or
     /// publishes forever without waiting (a JetStream `retry()` with no cap, for one).
+    /// Against a real server, when it did not settle within [`LIVE_PATIENCE`] (or
+    /// [`with_patience`](Self::with_patience)): the message
+    /// lists what is still pending (a delivery without a settlement, a registration that
+    /// handled fewer messages than its subject carried, a dead letter not published).
     pub async fn settle(&self) {
-        if self.settle_rounds(MAX_ROUNDS, true).await {
+        let nats = match &self.backend {
+            Backend::InProcess(nats) => nats,
+            Backend::Live(live) => {
+                if let Err(pending) = live.settle(self.is_running(), self.patience).await {
+                    panic!(
+                        "TestApp::settle: the app did not settle on the nats-server within {:?}; \
+                         still pending:\n  {pending}",
+                        self.patience
+                    );
+                }
+                return;
+            }
+        };
+        if self.settle_rounds(nats, MAX_ROUNDS, true).await {
             return;
         }
         let (most, registration) = self.recorder.most_deliveries();
@@ -324,16 +472,30 @@ impl TestApp {
     }
 
     /// [`settle`](Self::settle), giving up after `max_yields` yields: whether the app settled.
+    /// Against a real server, `max_yields` polls [`LIVE_POLL`] apart.
     pub async fn try_settle(&self, max_yields: u32) -> bool {
-        self.settle_rounds(max_yields, false).await
+        match &self.backend {
+            Backend::InProcess(nats) => self.settle_rounds(nats, max_yields, false).await,
+            Backend::Live(live) => live
+                .settle(self.is_running(), LIVE_POLL * max_yields)
+                .await
+                .is_ok(),
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
     }
 
     /// Yields until nothing changed for [`QUIET_ROUNDS`] yields (`true`), at most `max_yields`
     /// times; with `fail_fast`, gives up as soon as one message was delivered
     /// [`LOOP_DELIVERIES`] more times meanwhile (it cannot settle: say so now, not after every
     /// round).
-    async fn settle_rounds(&self, max_yields: u32, fail_fast: bool) -> bool {
-        let mut last = self.snapshot();
+    async fn settle_rounds(&self, nats: &InProcessNats, max_yields: u32, fail_fast: bool) -> bool {
+        let mut last = self.snapshot(nats);
         let mut quiet = 0;
         let before = self.recorder.most_deliveries().0;
         for _ in 0..max_yields {
@@ -341,7 +503,7 @@ impl TestApp {
                 return false;
             }
             tokio::task::yield_now().await;
-            let now = self.snapshot();
+            let now = self.snapshot(nats);
             if now == last {
                 quiet += 1;
                 if quiet >= QUIET_ROUNDS {
@@ -363,16 +525,25 @@ impl TestApp {
     /// ends at once when nothing else can run, and timers the emulation does not know (a Core
     /// retry copy waiting in the runtime, a handler's own sleep) fire in order too; under a
     /// running clock it takes `duration` of real time.
+    ///
+    /// Against a real server there is no clock to move: it settles, waits `duration` of real
+    /// time, and settles again (so every redelivery and retry copy due by then was handled).
+    /// A `retry_after(30 s)` makes a live test take 30 s: give live tests short delays.
     pub async fn advance(&self, duration: Duration) {
         let target = Instant::now() + duration;
+        let Backend::InProcess(nats) = &self.backend else {
+            self.settle().await;
+            tokio::time::sleep_until(target).await;
+            self.settle().await;
+            return;
+        };
         loop {
             self.settle().await;
             let now = Instant::now();
             if now >= target {
                 return;
             }
-            let next = self
-                .nats
+            let next = nats
                 .next_deadline()
                 .filter(|d| *d > now && *d < target)
                 .unwrap_or(target);
@@ -443,22 +614,6 @@ impl TestApp {
         &self.recorder
     }
 
-    /// Every message published to `subject` (a subject or a pattern) that decodes as `T`, in
-    /// order: by the test, by handlers, as replies, copies and dead letters.
-    pub fn published<T: DeserializeOwned>(&self, subject: &str) -> Vec<T> {
-        self.nats
-            .published(subject)
-            .iter()
-            .filter_map(|m| serde_json::from_slice(&m.payload).ok())
-            .collect()
-    }
-
-    /// Every message published to dead-letter subject `subject`, as it went: payload and
-    /// headers of the delivery as it arrived.
-    pub fn dead_letters(&self, subject: &str) -> Vec<RawMessage> {
-        self.nats.published(subject)
-    }
-
     /// Drains the app: stops taking deliveries, lets handlers in flight finish and settle, runs
     /// the shutdown hooks. The clock advances as the drain needs.
     ///
@@ -479,13 +634,16 @@ impl TestApp {
         };
         let stopped = running.stop().await;
         self.settle().await;
+        if let Backend::Live(live) = &self.backend {
+            live.clean_up().await;
+        }
         stopped
     }
 
-    fn snapshot(&self) -> Snapshot {
+    fn snapshot(&self, nats: &InProcessNats) -> Snapshot {
         Snapshot {
-            activity: self.nats.activity(),
-            in_flight: self.nats.in_flight(),
+            activity: nats.activity(),
+            in_flight: nats.in_flight(),
             handled: self.recorder.count(),
             tasks: tokio::runtime::Handle::try_current()
                 .map_or(0, |h| h.metrics().num_alive_tasks()),
