@@ -52,7 +52,7 @@ impl<T: prost::Message> Serialize for Proto<T> {
 pub struct Protobuf;
 
 impl Codec for Protobuf {
-    fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+    fn decode<T: DeserializeOwned + 'static>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
         T::deserialize(Payload(bytes)).map_err(|e| {
             DecodeError::new(
                 std::any::type_name::<T>(),
