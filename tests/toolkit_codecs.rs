@@ -594,10 +594,27 @@ mod custom {
         Ok(Audited { id: order.id })
     }
 
+    /// Raw bytes, the built-in `Raw` codec going through the same trait.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Outgoing)]
+    #[outgoing(name = "receipts.thumbnail", codec = Format::Raw)]
+    struct Thumbnail(Vec<u8>);
+
+    #[derive(Debug, Deserialize)]
+    struct Image(Vec<u8>);
+
+    /// Takes the payload's bytes (the registration's `Raw`), answers bytes (the type's).
+    #[subscriber("images.uploaded", reply)]
+    async fn thumbnail(image: &Image) -> Result<Thumbnail, HandlerOutcome> {
+        Ok(Thumbnail(image.0.iter().rev().copied().collect()))
+    }
+
+    const IMAGE: &[u8] = &[0xff, 0x00, b'{', 0x80];
+
     fn acme_app<B: ruststream::Broker>(broker: B) -> impl ruststream::App<State = ()> {
         RustStream::new(AppInfo::new("acme", "0.1.0")).with_broker(broker, |b| {
             b.include(placed).codec(ACME).dead_letter("dead.orders");
             b.include(audit);
+            b.include(thumbnail).codec(Format::Raw);
         })
     }
 
@@ -679,6 +696,14 @@ mod custom {
         );
         let reply = resolve(&doc["operations"]["audit"]["reply"]["messages"][0]["$ref"]);
         assert_eq!(reply["contentType"], ACME_TYPE);
+        // Raw bytes in and out.
+        for operation in ["thumbnail", "thumbnail.publish.receipts.thumbnail"] {
+            assert_eq!(
+                content_type(operation).as_deref(),
+                Some("application/octet-stream"),
+                "{operation}"
+            );
+        }
     }
 
     mod in_process {
@@ -708,7 +733,17 @@ mod custom {
             )
             .await
             .unwrap();
+            t.publish_raw("images.uploaded", Headers::new(), IMAGE)
+                .await
+                .unwrap();
             t.settle().await;
+            let thumbnails = t.nats().published("receipts.thumbnail");
+            assert_eq!(thumbnails.len(), 1);
+            assert_eq!(
+                thumbnails[0].headers.get(CONTENT_TYPE),
+                Some("application/octet-stream")
+            );
+            assert_eq!(&thumbnails[0].payload[..], [0x80, b'{', 0x00, 0xff]);
             let made = t.nats().published("receipts.made");
             assert_eq!(made.len(), 2);
             for (m, id) in made.iter().zip([1, 2]) {
@@ -803,6 +838,7 @@ mod custom {
                 serde_json::to_vec(&order(2)).unwrap(),
             )
             .await;
+            publish_core(&client, "images.uploaded", &[], IMAGE).await;
             let version_2 = [&[2u8][..], &serde_json::to_vec(&order(3)).unwrap()].concat();
             let bad = publish_stored_with(
                 &js,
@@ -813,9 +849,9 @@ mod custom {
             .await;
 
             // What the server stored: the envelope's bytes, its content type in the header.
-            let receipts = eventually(PATIENCE, "both receipts stored", || async {
+            let receipts = eventually(PATIENCE, "the three outputs stored", || async {
                 let stored = stream_messages(&js, "RECEIPTS").await;
-                (stored.len() >= 2).then_some(stored)
+                (stored.len() >= 3).then_some(stored)
             })
             .await;
             let mut by_subject: Vec<_> = receipts
@@ -841,6 +877,11 @@ mod custom {
                         "receipts.made".to_owned(),
                         Some(ACME_TYPE.to_owned()),
                         envelope(&receipt(1))
+                    ),
+                    (
+                        "receipts.thumbnail".to_owned(),
+                        Some("application/octet-stream".to_owned()),
+                        vec![0x80, b'{', 0x00, 0xff]
                     ),
                 ]
             );

@@ -264,7 +264,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
     // The registration's codec: its schemas describe the serde data model it encodes.
     let codec = r.policy.codec.unwrap_or_default().content_type();
     let content_type = if r.schemas.raw {
-        "application/octet-stream"
+        crate::codec::Raw.content_type()
     } else {
         codec
     };

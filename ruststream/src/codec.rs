@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 pub use crate::error::{DecodeError, EncodeError};
 
 /// A wire format for payloads: the built-in ones ([`Json`], [`MessagePack`], [`Cbor`],
-/// [`Protobuf`]) and a service's own, chosen with [`Format::custom`].
+/// [`Protobuf`], [`Raw`]) and a service's own, chosen with [`Format::custom`].
 ///
 /// ```
 /// use ruststream::codec::{Codec, Json};
@@ -132,6 +132,8 @@ pub enum Format {
     /// Protocol Buffers ([`Protobuf`], feature `protobuf`), for `Proto<T>` payloads.
     #[cfg(feature = "protobuf")]
     Protobuf,
+    /// The payload as it is ([`Raw`]): bytes, a sequence of `u8` or text.
+    Raw,
     /// A codec of the service's own ([`Format::custom`]).
     Custom(CustomCodec),
 }
@@ -154,7 +156,7 @@ impl Format {
     /// output clones two `Arc`s instead of allocating two strings.
     pub(crate) fn content_type_header(self) -> (Arc<str>, Arc<str>) {
         static NAME: OnceLock<Arc<str>> = OnceLock::new();
-        static VALUES: [OnceLock<Arc<str>>; 4] = [const { OnceLock::new() }; 4];
+        static VALUES: [OnceLock<Arc<str>>; 5] = [const { OnceLock::new() }; 5];
         let slot = match self {
             Self::Json => 0,
             #[cfg(feature = "msgpack")]
@@ -163,6 +165,7 @@ impl Format {
             Self::Cbor => 2,
             #[cfg(feature = "protobuf")]
             Self::Protobuf => 3,
+            Self::Raw => 4,
             // The codec's own string: one allocation per output, for a codec of the service's.
             Self::Custom(codec) => {
                 return (
@@ -190,6 +193,7 @@ impl Format {
             Self::Cbor,
             #[cfg(feature = "protobuf")]
             Self::Protobuf,
+            Self::Raw,
         ]
         .into_iter()
         .find(|f| f.content_type().eq_ignore_ascii_case(essence))
@@ -230,6 +234,7 @@ impl Codec for Format {
             Self::Cbor => Cbor.decode(bytes),
             #[cfg(feature = "protobuf")]
             Self::Protobuf => Protobuf.decode(bytes),
+            Self::Raw => Raw.decode(bytes),
             Self::Custom(codec) => codec.decode(bytes),
         }
     }
@@ -243,6 +248,7 @@ impl Codec for Format {
             Self::Cbor => Cbor.encode(value),
             #[cfg(feature = "protobuf")]
             Self::Protobuf => Protobuf.encode(value),
+            Self::Raw => Raw.encode(value),
             Self::Custom(codec) => codec.encode(value),
         }
     }
@@ -256,6 +262,7 @@ impl Codec for Format {
             Self::Cbor => Cbor.content_type(),
             #[cfg(feature = "protobuf")]
             Self::Protobuf => Protobuf.content_type(),
+            Self::Raw => Raw.content_type(),
             Self::Custom(codec) => codec.content_type(),
         }
     }
@@ -335,9 +342,13 @@ impl<T> Kept<T> {
 pub use custom::CustomCodec;
 #[cfg(feature = "protobuf")]
 pub use protobuf::{Proto, Protobuf};
+pub use raw::Raw;
 
 /// A codec of the service's own as a format ([`Format::custom`]).
 mod custom;
+/// Raw bytes (`application/octet-stream`), and the bytes-only serde plumbing the protobuf codec
+/// shares.
+mod raw;
 
 /// Protocol Buffers through `prost` (feature `protobuf`). `prost` messages are not serde
 /// types: a payload is written `Proto<Message>`, which only this codec decodes and encodes.
