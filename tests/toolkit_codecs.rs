@@ -839,6 +839,12 @@ mod custom {
             )
             .await;
             publish_core(&client, "images.uploaded", &[], IMAGE).await;
+            // Outside a handler: the type's codec and its content type too.
+            ruststream_nats::NatsClient::of(&running)
+                .expect("a NATS app")
+                .publish(&Audited { id: 7 })
+                .await
+                .expect("stored");
             let version_2 = [&[2u8][..], &serde_json::to_vec(&order(3)).unwrap()].concat();
             let bad = publish_stored_with(
                 &js,
@@ -849,9 +855,9 @@ mod custom {
             .await;
 
             // What the server stored: the envelope's bytes, its content type in the header.
-            let receipts = eventually(PATIENCE, "the three outputs stored", || async {
+            let receipts = eventually(PATIENCE, "the four outputs stored", || async {
                 let stored = stream_messages(&js, "RECEIPTS").await;
-                (stored.len() >= 3).then_some(stored)
+                (stored.len() >= 4).then_some(stored)
             })
             .await;
             let mut by_subject: Vec<_> = receipts
@@ -872,6 +878,11 @@ mod custom {
                         "receipts.audited".to_owned(),
                         Some(ACME_TYPE.to_owned()),
                         envelope(&Audited { id: 2 })
+                    ),
+                    (
+                        "receipts.audited".to_owned(),
+                        Some(ACME_TYPE.to_owned()),
+                        envelope(&Audited { id: 7 })
                     ),
                     (
                         "receipts.made".to_owned(),
