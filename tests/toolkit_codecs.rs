@@ -1,6 +1,7 @@
 //! Codecs (issue 15): JSON by default, MessagePack and CBOR chosen per registration, broker or
 //! app; the `content-type` header written on outputs and checked on inputs (a mismatch is
-//! undecodable and goes to the dead letter); raw `&[u8]` / `&Bytes` payloads never decoded.
+//! undecodable and goes to the dead letter); raw `&[u8]` / `&Bytes` payloads never decoded; a
+//! codec of the service's own (issue 42, `mod custom`).
 //! In process under a paused clock, and live on a real nats-server.
 
 mod support;
@@ -528,5 +529,393 @@ mod live {
         })
         .await;
         running.stop().await.expect("a clean stop");
+    }
+}
+
+/// A codec of the service's own (issue 42): a company envelope (a version byte, then JSON, named
+/// `application/vnd.acme+json`) chosen for one registration with `.codec(ACME)` and for one
+/// outgoing type with `#[outgoing(codec = ACME)]`. Its bytes and `content-type` on what the
+/// server stores, its content type checked on inputs, an undecodable envelope dead-lettered as
+/// it arrived and never retried, and the AsyncAPI document naming its content type.
+mod custom {
+    use super::*;
+    use ruststream::codec::{DecodeError, EncodeError, Json};
+    use ruststream_nats::JetStreamSubject;
+    use serde::de::DeserializeOwned;
+
+    /// The company envelope: version byte 1, then the value as JSON.
+    struct Acme;
+
+    impl Codec for Acme {
+        fn decode<T: DeserializeOwned + 'static>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+            match bytes.split_first() {
+                Some((1, json)) => Json.decode(json),
+                Some((version, _)) => Err(DecodeError::new(
+                    std::any::type_name::<T>(),
+                    format!("an acme envelope of version {version}; this service reads version 1"),
+                )),
+                None => Err(DecodeError::new(
+                    std::any::type_name::<T>(),
+                    "an empty payload is no acme envelope",
+                )),
+            }
+        }
+
+        fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Bytes, EncodeError> {
+            let mut out = vec![1];
+            out.extend_from_slice(&Json.encode(value)?);
+            Ok(Bytes::from(out))
+        }
+
+        fn content_type(&self) -> &'static str {
+            "application/vnd.acme+json"
+        }
+    }
+
+    const ACME: Format = Format::custom(&Acme);
+    const ACME_TYPE: &str = "application/vnd.acme+json";
+
+    /// Always published in the envelope, whatever registration publishes it.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Outgoing)]
+    #[outgoing(name = "receipts.audited", codec = ACME)]
+    struct Audited {
+        id: u64,
+    }
+
+    /// Reads envelopes (chosen at the mount site) and replies in the envelope.
+    #[subscriber(JetStreamSubject::new("orders.placed", "ORDERS").durable("placed"), reply)]
+    async fn placed(order: &Order) -> Result<Receipt, HandlerOutcome> {
+        Ok(receipt(order.id))
+    }
+
+    /// Reads JSON (the default); its output type says the envelope.
+    #[subscriber("audits.requested", reply)]
+    async fn audit(order: &Order) -> Result<Audited, HandlerOutcome> {
+        Ok(Audited { id: order.id })
+    }
+
+    /// Raw bytes, the built-in `Raw` codec going through the same trait.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Outgoing)]
+    #[outgoing(name = "receipts.thumbnail", codec = Format::Raw)]
+    struct Thumbnail(Vec<u8>);
+
+    #[derive(Debug, Deserialize)]
+    struct Image(Vec<u8>);
+
+    /// Takes the payload's bytes (the registration's `Raw`), answers bytes (the type's).
+    #[subscriber("images.uploaded", reply)]
+    async fn thumbnail(image: &Image) -> Result<Thumbnail, HandlerOutcome> {
+        Ok(Thumbnail(image.0.iter().rev().copied().collect()))
+    }
+
+    const IMAGE: &[u8] = &[0xff, 0x00, b'{', 0x80];
+
+    fn acme_app<B: ruststream::Broker>(broker: B) -> impl ruststream::App<State = ()> {
+        RustStream::new(AppInfo::new("acme", "0.1.0")).with_broker(broker, |b| {
+            b.include(placed).codec(ACME).dead_letter("dead.orders");
+            b.include(audit);
+            b.include(thumbnail).codec(Format::Raw);
+        })
+    }
+
+    /// `value` in the envelope, as the wire carries it.
+    fn envelope<T: Serialize>(value: &T) -> Vec<u8> {
+        let mut out = vec![1];
+        out.extend(serde_json::to_vec(value).unwrap());
+        out
+    }
+
+    #[test]
+    fn the_codec_is_the_registrations_format_everywhere_it_is_read() {
+        use ruststream::App as _;
+        let app = acme_app(NatsBroker::new("nats://127.0.0.1:4222"));
+        let registrations = app.registrations();
+        let codec_of = |name: &str| {
+            registrations
+                .iter()
+                .find(|r| r.name == name)
+                .map(|r| r.policy.codec)
+        };
+        assert_eq!(codec_of("placed"), Some(Some(ACME)));
+        assert_eq!(codec_of("audit"), Some(None));
+        let text = ruststream::app::cli::describe(&app);
+        assert!(
+            text.contains("placed: codec application/vnd.acme+json"),
+            "{text}"
+        );
+        assert_eq!(Audited::codec(), Some(ACME));
+        assert_eq!(
+            &Audited { id: 3 }.encode().unwrap()[..],
+            envelope(&Audited { id: 3 })
+        );
+        assert_eq!(Receipt::codec(), None);
+        // Chosen, never guessed from a header.
+        assert_eq!(Format::from_content_type(ACME_TYPE), None);
+        let err = ACME
+            .accepts(Some("application/json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("application/json") && err.contains(ACME_TYPE),
+            "{err}"
+        );
+        assert!(ACME.accepts(Some("Application/VND.acme+JSON; v=1")).is_ok());
+    }
+
+    #[test]
+    fn the_asyncapi_document_names_the_codecs_content_type() {
+        let doc =
+            ruststream::asyncapi::document(&acme_app(NatsBroker::new("nats://127.0.0.1:4222")));
+        let resolve = |reference: &serde_json::Value| {
+            let path: Vec<&str> = reference
+                .as_str()
+                .expect("a reference")
+                .trim_start_matches("#/")
+                .split('/')
+                .collect();
+            path.iter().fold(&doc, |v, key| &v[*key]).clone()
+        };
+        let content_type = |operation: &str| {
+            let message = resolve(&doc["operations"][operation]["messages"][0]["$ref"]);
+            message["contentType"].as_str().map(str::to_owned)
+        };
+        assert_eq!(content_type("placed").as_deref(), Some(ACME_TYPE));
+        assert_eq!(
+            content_type("placed.publish.receipts.made").as_deref(),
+            Some(ACME_TYPE)
+        );
+        assert_eq!(
+            content_type("placed.dead_letter").as_deref(),
+            Some(ACME_TYPE)
+        );
+        // A JSON registration whose output type names the envelope.
+        assert_eq!(content_type("audit").as_deref(), Some("application/json"));
+        assert_eq!(
+            content_type("audit.publish.receipts.audited").as_deref(),
+            Some(ACME_TYPE)
+        );
+        let reply = resolve(&doc["operations"]["audit"]["reply"]["messages"][0]["$ref"]);
+        assert_eq!(reply["contentType"], ACME_TYPE);
+        // Raw bytes in and out.
+        for operation in ["thumbnail", "thumbnail.publish.receipts.thumbnail"] {
+            assert_eq!(
+                content_type(operation).as_deref(),
+                Some("application/octet-stream"),
+                "{operation}"
+            );
+        }
+    }
+
+    mod in_process {
+        use super::*;
+        use ruststream_nats::testing::TestApp;
+
+        async fn started() -> TestApp {
+            TestApp::start(acme_app(NatsBroker::new("nats://unused:4222")))
+                .await
+                .expect("the app starts")
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn envelopes_in_and_out_with_their_content_type() {
+            let t = started().await;
+            t.publish_raw("orders.placed", typed(ACME), envelope(&order(1)))
+                .await
+                .unwrap();
+            // No content-type: taken as the registration's format.
+            t.publish_raw("orders.placed", Headers::new(), envelope(&order(2)))
+                .await
+                .unwrap();
+            t.publish_raw(
+                "audits.requested",
+                typed(Format::Json),
+                serde_json::to_vec(&order(3)).unwrap(),
+            )
+            .await
+            .unwrap();
+            t.publish_raw("images.uploaded", Headers::new(), IMAGE)
+                .await
+                .unwrap();
+            t.settle().await;
+            let thumbnails = t.nats().published("receipts.thumbnail");
+            assert_eq!(thumbnails.len(), 1);
+            assert_eq!(
+                thumbnails[0].headers.get(CONTENT_TYPE),
+                Some("application/octet-stream")
+            );
+            assert_eq!(&thumbnails[0].payload[..], [0x80, b'{', 0x00, 0xff]);
+            let made = t.nats().published("receipts.made");
+            assert_eq!(made.len(), 2);
+            for (m, id) in made.iter().zip([1, 2]) {
+                assert_eq!(m.headers.get(CONTENT_TYPE), Some(ACME_TYPE));
+                assert_eq!(&m.payload[..], envelope(&receipt(id)));
+            }
+            let audited = t.nats().published("receipts.audited");
+            assert_eq!(audited.len(), 1);
+            assert_eq!(audited[0].headers.get(CONTENT_TYPE), Some(ACME_TYPE));
+            assert_eq!(&audited[0].payload[..], envelope(&Audited { id: 3 }));
+            assert_eq!(
+                t.nats().acknowledgements("ORDERS", "placed"),
+                ["+ACK", "+ACK"]
+            );
+            t.shutdown().await.unwrap();
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn an_undecodable_envelope_is_dead_lettered_as_it_arrived_and_never_retried() {
+            let t = started().await;
+            let version_2 = [&[2u8][..], &serde_json::to_vec(&order(4)).unwrap()].concat();
+            t.publish_raw("orders.placed", typed(ACME), version_2.clone())
+                .await
+                .unwrap();
+            let json = serde_json::to_vec(&order(5)).unwrap();
+            t.publish_raw("orders.placed", typed(Format::Json), json.clone())
+                .await
+                .unwrap();
+            t.settle().await;
+            let failures = t.decode_failures("placed");
+            assert_eq!(failures.len(), 2);
+            assert!(
+                failures[0].error.contains("version 2")
+                    && failures[0].error.contains(std::any::type_name::<Order>()),
+                "{}",
+                failures[0].error
+            );
+            assert!(
+                failures[1]
+                    .error
+                    .contains("content-type `application/json`")
+                    && failures[1].error.contains(ACME_TYPE),
+                "{}",
+                failures[1].error
+            );
+            let dead = t.dead_letters("dead.orders");
+            assert_eq!(dead.len(), 2);
+            assert_eq!(&dead[0].payload[..], version_2);
+            assert_eq!(dead[0].headers.get(CONTENT_TYPE), Some(ACME_TYPE));
+            assert_eq!(&dead[1].payload[..], json);
+            assert_eq!(dead[1].headers.get(CONTENT_TYPE), Some("application/json"));
+            assert_eq!(
+                t.nats().acknowledgements("ORDERS", "placed"),
+                ["+TERM", "+TERM"]
+            );
+            assert!(t.nats().published("receipts.made").is_empty());
+            assert!(t.outcomes("placed").is_empty(), "the handler never ran");
+            t.shutdown().await.unwrap();
+        }
+    }
+
+    mod live {
+        use super::*;
+        use crate::support::nats::{
+            PATIENCE, consumer_until, create_stream, jetstream_server, publish_core,
+            publish_stored_with,
+        };
+        use ruststream::App as _;
+        use ruststream_test_server::client::{eventually, stream_messages};
+
+        #[tokio::test]
+        async fn envelopes_are_stored_with_their_content_type_and_bad_ones_dead_lettered() {
+            let (server, client, js) = jetstream_server().await;
+            create_stream(&js, "RECEIPTS", ["receipts.>"]).await;
+            create_stream(&js, "DEAD", ["dead.>"]).await;
+            let running = acme_app(NatsBroker::new(server.url()))
+                .start(ruststream::Env::new())
+                .await
+                .expect("the app starts");
+
+            publish_stored_with(
+                &js,
+                "orders.placed",
+                &[(CONTENT_TYPE, ACME_TYPE)],
+                envelope(&order(1)),
+            )
+            .await;
+            publish_core(
+                &client,
+                "audits.requested",
+                &[],
+                serde_json::to_vec(&order(2)).unwrap(),
+            )
+            .await;
+            publish_core(&client, "images.uploaded", &[], IMAGE).await;
+            // Outside a handler: the type's codec and its content type too.
+            ruststream_nats::NatsClient::of(&running)
+                .expect("a NATS app")
+                .publish(&Audited { id: 7 })
+                .await
+                .expect("stored");
+            let version_2 = [&[2u8][..], &serde_json::to_vec(&order(3)).unwrap()].concat();
+            let bad = publish_stored_with(
+                &js,
+                "orders.placed",
+                &[(CONTENT_TYPE, ACME_TYPE)],
+                &version_2,
+            )
+            .await;
+
+            // What the server stored: the envelope's bytes, its content type in the header.
+            let receipts = eventually(PATIENCE, "the four outputs stored", || async {
+                let stored = stream_messages(&js, "RECEIPTS").await;
+                (stored.len() >= 4).then_some(stored)
+            })
+            .await;
+            let mut by_subject: Vec<_> = receipts
+                .iter()
+                .map(|m| {
+                    (
+                        m.subject.to_string(),
+                        m.headers.get(CONTENT_TYPE).map(|v| v.as_str().to_owned()),
+                        m.payload.to_vec(),
+                    )
+                })
+                .collect();
+            by_subject.sort();
+            assert_eq!(
+                by_subject,
+                [
+                    (
+                        "receipts.audited".to_owned(),
+                        Some(ACME_TYPE.to_owned()),
+                        envelope(&Audited { id: 2 })
+                    ),
+                    (
+                        "receipts.audited".to_owned(),
+                        Some(ACME_TYPE.to_owned()),
+                        envelope(&Audited { id: 7 })
+                    ),
+                    (
+                        "receipts.made".to_owned(),
+                        Some(ACME_TYPE.to_owned()),
+                        envelope(&receipt(1))
+                    ),
+                    (
+                        "receipts.thumbnail".to_owned(),
+                        Some("application/octet-stream".to_owned()),
+                        vec![0x80, b'{', 0x00, 0xff]
+                    ),
+                ]
+            );
+
+            // The undecodable envelope: stored on the dead-letter subject as it arrived, and the
+            // original ended (+TERM), not redelivered.
+            let dead = eventually(PATIENCE, "the dead letter stored", || async {
+                let stored = stream_messages(&js, "DEAD").await;
+                (!stored.is_empty()).then_some(stored)
+            })
+            .await;
+            assert_eq!(dead.len(), 1);
+            assert_eq!(&dead[0].payload[..], &version_2[..]);
+            assert_eq!(
+                dead[0].headers.get(CONTENT_TYPE).map(|v| v.as_str()),
+                Some(ACME_TYPE)
+            );
+            let info = consumer_until(&js, "ORDERS", "placed", "both settled", |i| {
+                i.ack_floor.stream_sequence >= bad && i.num_ack_pending == 0
+            })
+            .await;
+            assert_eq!(info.num_redelivered, 0, "never retried");
+            running.stop().await.expect("a clean stop");
+        }
     }
 }

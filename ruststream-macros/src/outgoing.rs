@@ -1,9 +1,10 @@
 //! `#[derive(Outgoing)]` with `#[outgoing(name = "subject")]`: the type knows where it is
-//! published.
+//! published, and with `codec = ..` the format it is published in.
 
 use proc_macro2::TokenStream;
-use quote::quote;
+use quote::{quote, quote_spanned};
 use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
 use syn::{DeriveInput, Expr, Lit, LitStr, MetaNameValue, Token};
 
 use crate::diag::{Errors, error_at, error_at_tokens, type_text};
@@ -15,6 +16,8 @@ struct Model<'a> {
     name: LitStr,
     /// The fields a subject template fills, in the order of their placeholders.
     fields: Vec<syn::Ident>,
+    /// `codec = EXPR`: the format the type is always published in.
+    codec: Option<Expr>,
 }
 
 /// The derive's expansion.
@@ -24,12 +27,16 @@ pub fn expand(input: TokenStream) -> TokenStream {
         Err(err) => return err.to_compile_error(),
     };
     match check(&input) {
-        Ok(model) => generate(&model.input.ident, model.input, &model.name, &model.fields),
+        Ok(model) => generate(&model),
         Err(errors) => {
             // The fallback impl keeps uses of the type from adding errors of their own.
             let errors = errors.to_compile_error();
-            let subject = LitStr::new("", proc_macro2::Span::call_site());
-            let fallback = generate(&input.ident, &input, &subject, &[]);
+            let fallback = generate(&Model {
+                input: &input,
+                name: LitStr::new("", proc_macro2::Span::call_site()),
+                fields: Vec::new(),
+                codec: None,
+            });
             quote!(#errors #fallback)
         }
     }
@@ -40,6 +47,7 @@ fn check(input: &DeriveInput) -> syn::Result<Model<'_>> {
     let ident = &input.ident;
     let example = "`#[outgoing(name = \"orders.created\")]`";
     let mut name: Option<LitStr> = None;
+    let mut codec: Option<Expr> = None;
     let mut fields = Vec::new();
     let mut misread = false;
     for attr in input.attrs.iter().filter(|a| a.path().is_ident("outgoing")) {
@@ -56,13 +64,26 @@ fn check(input: &DeriveInput) -> syn::Result<Model<'_>> {
                 }
             };
         for pair in pairs {
-            // `name` is the one setting: the subject.
+            // `codec` names the format the type is always published in: any expression of
+            // type `Format`, checked by the compiler at its span.
+            if pair.path.is_ident("codec") {
+                if codec.is_some() {
+                    errors.push(error_at_tokens(
+                        &pair,
+                        "the codec is already named: an `Outgoing` type is published in one format",
+                    ));
+                } else {
+                    codec = Some(pair.value.clone());
+                }
+                continue;
+            }
+            // Otherwise the setting is `name`: the subject.
             if !pair.path.is_ident("name") {
                 misread = true;
                 errors.push(error_at_tokens(
                     &pair.path,
                     format!(
-                        "unknown key `{}`: `#[outgoing]` takes `name`, the subject the type is published to, like {example}",
+                        "unknown key `{}`: `#[outgoing]` takes `name`, the subject the type is published to, like {example}, and `codec`, the format it is published in, like `codec = Format::Cbor`",
                         type_text(&pair.path)
                     ),
                 ));
@@ -120,6 +141,7 @@ fn check(input: &DeriveInput) -> syn::Result<Model<'_>> {
         input,
         name: name.unwrap_or_else(|| LitStr::new("", ident.span())),
         fields,
+        codec,
     })
 }
 
@@ -190,13 +212,27 @@ fn template_fields(input: &DeriveInput, subject: &LitStr) -> syn::Result<Vec<syn
     Ok(fields)
 }
 
-fn generate(
-    ident: &syn::Ident,
-    input: &DeriveInput,
-    subject: &LitStr,
-    fields: &[syn::Ident],
-) -> TokenStream {
+fn generate(model: &Model<'_>) -> TokenStream {
+    let Model {
+        input,
+        name: subject,
+        fields,
+        codec,
+    } = model;
+    let ident = &input.ident;
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    // The codec's expression is checked to be a `Format` at its own span: a wrong value is
+    // reported there, with the fix.
+    let codec = codec.as_ref().map(|codec| {
+        let format = quote_spanned! {codec.span()=>
+            ::ruststream::__private::outgoing_codec(#codec)
+        };
+        quote! {
+            fn codec() -> ::core::option::Option<::ruststream::codec::Format> {
+                ::core::option::Option::Some(#format)
+            }
+        }
+    });
     // A template is filled from the fields, each value checked to be one token.
     let fill = (!fields.is_empty()).then(|| {
         let names = fields.iter().map(ToString::to_string);
@@ -220,6 +256,7 @@ fn generate(
         impl #impl_generics ::ruststream::Outgoing for #ident #ty_generics #where_clause {
             const SUBJECT: &'static str = #subject;
             #fill
+            #codec
             fn schema() -> ::core::option::Option<::ruststream::__private::serde_json::Value> {
                 #[allow(unused_imports)]
                 use ::ruststream::__private::{

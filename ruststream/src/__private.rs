@@ -261,12 +261,39 @@ pub async fn reply<R: Outgoing>(
     };
     let subject = crate::context::outgoing_subject(&value)
         .map_err(|err| failed(&ctx.output_failed(err), R::SUBJECT))?;
-    // In the registration's format, with its `content-type`; for a Core request, the same
+    // In the type's codec or the registration's format, with its `content-type`; for a Core request, the same
     // message also goes to the requester's inbox as the response (the publisher decides the
     // order: the response first unless a stream must confirm the output).
-    ctx.publish_value(subject, &value, ctx.delivery().reply_arc())
-        .await
-        .map_err(|err| failed(&err, err.subject()))
+    ctx.publish_value(
+        ctx.format_of::<R>(),
+        subject,
+        &value,
+        ctx.delivery().reply_arc(),
+    )
+    .await
+    .map_err(|err| failed(&err, err.subject()))
+}
+
+/// The format `#[outgoing(codec = ..)]` names, checked at the expression's span.
+pub fn outgoing_codec<F: OutgoingCodec>(format: F) -> crate::codec::Format {
+    format.format()
+}
+
+/// What `#[outgoing(codec = ..)]` takes: a [`Format`](crate::codec::Format).
+#[diagnostic::on_unimplemented(
+    message = "`codec = ..` takes a `Format`, not a `{Self}`",
+    label = "not a `ruststream::codec::Format`",
+    note = "name a built-in format, `codec = Format::Cbor`, or a codec of your own, `codec = Format::custom(&ACME)`"
+)]
+pub trait OutgoingCodec {
+    /// The format.
+    fn format(self) -> crate::codec::Format;
+}
+
+impl OutgoingCodec for crate::codec::Format {
+    fn format(self) -> crate::codec::Format {
+        self
+    }
 }
 
 /// Fills the placeholders of a subject template (`orders.{tenant}.placed`) with `values`, in

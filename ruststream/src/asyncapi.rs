@@ -264,7 +264,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
     // The registration's codec: its schemas describe the serde data model it encodes.
     let codec = r.policy.codec.unwrap_or_default().content_type();
     let content_type = if r.schemas.raw {
-        "application/octet-stream"
+        crate::codec::Raw.content_type()
     } else {
         codec
     };
@@ -318,6 +318,15 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
     // Named by the Rust type the handler returns (its `#[derive(Outgoing)]` type, or the one a
     // `.reply_schema::<T>()` declared).
     let output_type = r.schemas.reply_type.map_or("the handler's value", short);
+    // Each output in its type's own codec (`#[outgoing(codec = ..)]`), else the registration's.
+    let output_codec = |i: usize| {
+        r.schemas
+            .output_codecs
+            .get(i)
+            .copied()
+            .flatten()
+            .map_or(codec, |format| format.content_type())
+    };
     for (i, subject) in r.publishes.iter().enumerate() {
         let out_id = format!("{}.out", r.name);
         // Each output by its own type; the first is what a reply handler returns, which a
@@ -331,7 +340,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
             title,
             schema,
             "what the handler returns",
-            codec,
+            output_codec(i),
             headers::schema(
                 Role::Output {
                     stored_input: jetstream,
@@ -358,7 +367,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
             output_type,
             r.schemas.reply,
             "what the handler returns",
-            codec,
+            output_codec(0),
             headers::schema(Role::Reply, &[]),
         );
         let (channel, msg) = doc.channel(

@@ -9,7 +9,8 @@ use serde::de::DeserializeOwned;
 
 pub use crate::error::{DecodeError, EncodeError};
 
-/// A wire format for payloads.
+/// A wire format for payloads: the built-in ones ([`Json`], [`MessagePack`], [`Cbor`],
+/// [`Protobuf`], [`Raw`]) and a service's own, chosen with [`Format::custom`].
 ///
 /// ```
 /// use ruststream::codec::{Codec, Json};
@@ -18,9 +19,16 @@ pub use crate::error::{DecodeError, EncodeError};
 /// let back: Vec<u8> = Json.decode(&bytes).unwrap();
 /// assert_eq!(back, [1, 2, 3]);
 /// ```
+///
+/// A codec of your own decodes through the payload type's `Deserialize` and encodes through
+/// its `Serialize` (`docs/codecs.md`, "Your own codec").
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a codec",
+    note = "implement `ruststream::codec::Codec` for it (`decode`, `encode`, `content_type`), then choose it with `.codec(Format::custom(&CODEC))`"
+)]
 pub trait Codec {
     /// The payload as a `T`.
-    fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, DecodeError>;
+    fn decode<T: DeserializeOwned + 'static>(&self, bytes: &[u8]) -> Result<T, DecodeError>;
     /// `value` as a payload.
     fn encode<T: Serialize + ?Sized>(&self, value: &T) -> Result<Bytes, EncodeError>;
     /// The MIME type of the format, as a `Content-Type` header would say it.
@@ -32,7 +40,7 @@ pub trait Codec {
 pub struct Json;
 
 impl Codec for Json {
-    fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+    fn decode<T: DeserializeOwned + 'static>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
         serde_json::from_slice(bytes).map_err(|e| DecodeError::new(std::any::type_name::<T>(), e))
     }
 
@@ -55,7 +63,7 @@ pub struct MessagePack;
 
 #[cfg(feature = "msgpack")]
 impl Codec for MessagePack {
-    fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+    fn decode<T: DeserializeOwned + 'static>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
         rmp_serde::from_slice(bytes).map_err(|e| DecodeError::new(std::any::type_name::<T>(), e))
     }
 
@@ -77,7 +85,7 @@ pub struct Cbor;
 
 #[cfg(feature = "cbor")]
 impl Codec for Cbor {
-    fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+    fn decode<T: DeserializeOwned + 'static>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
         ciborium::from_reader(bytes).map_err(|e| DecodeError::new(std::any::type_name::<T>(), e))
     }
 
@@ -124,15 +132,31 @@ pub enum Format {
     /// Protocol Buffers ([`Protobuf`], feature `protobuf`), for `Proto<T>` payloads.
     #[cfg(feature = "protobuf")]
     Protobuf,
+    /// The payload as it is ([`Raw`]): bytes, a sequence of `u8` or text.
+    Raw,
+    /// A codec of the service's own ([`Format::custom`]).
+    Custom(CustomCodec),
 }
 
 impl Format {
+    /// A codec of the service's own as a format, chosen like a built-in one: at the mount site
+    /// (`.codec(Format::custom(&ACME))`), for a broker, for the app, or for an outgoing type
+    /// (`#[outgoing(name = "..", codec = Format::custom(&ACME))]`). Its
+    /// [`content_type`](Codec::content_type) is written on outputs, checked on inputs and
+    /// named by the AsyncAPI document.
+    ///
+    /// The codec lives as long as the program: a `static`, a unit struct (`&Acme` is then a
+    /// constant), or one built at startup and leaked (`Box::leak`), once.
+    pub const fn custom<C: Codec + Send + Sync + 'static>(codec: &'static C) -> Self {
+        Self::Custom(CustomCodec::new(codec))
+    }
+
     /// The `content-type` header naming this format, as the shared strings
     /// [`Headers`](crate::Headers) holds: made once per process, so that writing it on every
     /// output clones two `Arc`s instead of allocating two strings.
     pub(crate) fn content_type_header(self) -> (Arc<str>, Arc<str>) {
         static NAME: OnceLock<Arc<str>> = OnceLock::new();
-        static VALUES: [OnceLock<Arc<str>>; 4] = [const { OnceLock::new() }; 4];
+        static VALUES: [OnceLock<Arc<str>>; 5] = [const { OnceLock::new() }; 5];
         let slot = match self {
             Self::Json => 0,
             #[cfg(feature = "msgpack")]
@@ -141,6 +165,14 @@ impl Format {
             Self::Cbor => 2,
             #[cfg(feature = "protobuf")]
             Self::Protobuf => 3,
+            Self::Raw => 4,
+            // The codec's own string: one allocation per output, for a codec of the service's.
+            Self::Custom(codec) => {
+                return (
+                    Arc::clone(NAME.get_or_init(|| Arc::from(CONTENT_TYPE))),
+                    Arc::from(codec.content_type()),
+                );
+            }
         };
         (
             Arc::clone(NAME.get_or_init(|| Arc::from(CONTENT_TYPE))),
@@ -148,7 +180,8 @@ impl Format {
         )
     }
 
-    /// The format a `content-type` value names, if it is one of the compiled-in formats.
+    /// The format a `content-type` value names, if it is one of the compiled-in formats (a
+    /// codec of the service's own is never found here: it is chosen, not guessed).
     /// Parameters (`; charset=utf-8`) and case are ignored.
     pub fn from_content_type(value: &str) -> Option<Self> {
         let essence = value.split(';').next().unwrap_or("").trim();
@@ -160,6 +193,7 @@ impl Format {
             Self::Cbor,
             #[cfg(feature = "protobuf")]
             Self::Protobuf,
+            Self::Raw,
         ]
         .into_iter()
         .find(|f| f.content_type().eq_ignore_ascii_case(essence))
@@ -191,7 +225,7 @@ impl Format {
 }
 
 impl Codec for Format {
-    fn decode<T: DeserializeOwned>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+    fn decode<T: DeserializeOwned + 'static>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
         match self {
             Self::Json => Json.decode(bytes),
             #[cfg(feature = "msgpack")]
@@ -200,6 +234,8 @@ impl Codec for Format {
             Self::Cbor => Cbor.decode(bytes),
             #[cfg(feature = "protobuf")]
             Self::Protobuf => Protobuf.decode(bytes),
+            Self::Raw => Raw.decode(bytes),
+            Self::Custom(codec) => codec.decode(bytes),
         }
     }
 
@@ -212,6 +248,8 @@ impl Codec for Format {
             Self::Cbor => Cbor.encode(value),
             #[cfg(feature = "protobuf")]
             Self::Protobuf => Protobuf.encode(value),
+            Self::Raw => Raw.encode(value),
+            Self::Custom(codec) => codec.encode(value),
         }
     }
 
@@ -224,6 +262,8 @@ impl Codec for Format {
             Self::Cbor => Cbor.content_type(),
             #[cfg(feature = "protobuf")]
             Self::Protobuf => Protobuf.content_type(),
+            Self::Raw => Raw.content_type(),
+            Self::Custom(codec) => codec.content_type(),
         }
     }
 }
@@ -260,7 +300,7 @@ pub(crate) fn decode_delivery<In: DeserializeOwned + 'static>(
 }
 
 /// [`decode_delivery`] without the kept value: the payload decoded afresh.
-pub(crate) fn decode_payload<In: DeserializeOwned>(
+pub(crate) fn decode_payload<In: DeserializeOwned + 'static>(
     format: Format,
     delivery: &crate::Delivery,
 ) -> Result<In, DecodeError> {
@@ -299,8 +339,16 @@ impl<T> Kept<T> {
     }
 }
 
+pub use custom::CustomCodec;
 #[cfg(feature = "protobuf")]
 pub use protobuf::{Proto, Protobuf};
+pub use raw::Raw;
+
+/// A codec of the service's own as a format ([`Format::custom`]).
+mod custom;
+/// Raw bytes (`application/octet-stream`), and the bytes-only serde plumbing the protobuf codec
+/// shares.
+mod raw;
 
 /// Protocol Buffers through `prost` (feature `protobuf`). `prost` messages are not serde
 /// types: a payload is written `Proto<Message>`, which only this codec decodes and encodes.

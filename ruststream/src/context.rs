@@ -145,7 +145,7 @@ impl<'a> Context<'a> {
         subject: &str,
         value: &T,
     ) -> Result<OutboundMessage, PublishError> {
-        let (headers, payload) = self.encode_parts(subject, value)?;
+        let (headers, payload) = self.encode_parts(self.format, subject, value)?;
         Ok(OutboundMessage {
             subject: Arc::from(subject),
             headers,
@@ -153,21 +153,21 @@ impl<'a> Context<'a> {
         })
     }
 
-    /// `value` in the registration's format, and headers holding only its `content-type`;
-    /// an encoding error names `subject`. Inlined: on the request/reply path as the body of
-    /// `publish_value` was before it was shared.
+    /// `value` in `format`, and headers holding only its `content-type`; an encoding error
+    /// names `subject`. Inlined: on the request/reply path as the body of `publish_value` was
+    /// before it was shared.
     #[inline(always)]
     fn encode_parts<T: Serialize + ?Sized>(
         &self,
+        format: Format,
         subject: &str,
         value: &T,
     ) -> Result<(Headers, Bytes), PublishError> {
-        let payload = self
-            .format
+        let payload = format
             .encode(value)
             .map_err(|e| PublishError::new(PublishErrorKind::Encode, subject).with_source(e))?;
         let mut headers = Headers::new();
-        let (name, content_type) = self.format.content_type_header();
+        let (name, content_type) = format.content_type_header();
         headers.insert(name, content_type);
         Ok((headers, payload))
     }
@@ -223,8 +223,9 @@ impl<'a> Context<'a> {
         self.publisher
     }
 
-    /// Publishes an [`Outgoing`] message to its subject, in the registration's format (JSON
-    /// by default) with its `content-type` header.
+    /// Publishes an [`Outgoing`] message to its subject, in the type's
+    /// [`codec`](Outgoing::codec) when it names one, else the registration's format (JSON by
+    /// default), with its `content-type` header.
     ///
     /// When a stream stores the subject, this resolves once the stream confirmed the message;
     /// a refusal or a timeout is an error of kind
@@ -232,16 +233,24 @@ impl<'a> Context<'a> {
     /// handler returns `Ok` (it comes back as a `retry()`). See `docs/publishing.md`.
     pub async fn publish<T: Outgoing>(&self, value: &T) -> Result<(), PublishError> {
         let subject = outgoing_subject(value).map_err(|err| self.output_failed(err))?;
-        self.publish_value(subject, value, None).await
+        self.publish_value(self.format_of::<T>(), subject, value, None)
+            .await
     }
 
-    /// Publishes `value` in the registration's format to `subject` as this handling's next
+    /// The format `T` is published in: its own [`codec`](Outgoing::codec), else the
+    /// registration's.
+    pub(crate) fn format_of<T: Outgoing>(&self) -> Format {
+        T::codec().unwrap_or(self.format)
+    }
+
+    /// Publishes `value` in `format` to `subject` as this handling's next
     /// output, with its `content-type` and the input's correlation id; when `inbox` is given,
     /// the same message also goes there as the response to the request being handled (what
     /// [`Publish::publish_encoded`] says). The value is encoded once, and the output and the
     /// response share its headers and payload.
     pub(crate) async fn publish_value<T: Serialize + ?Sized>(
         &self,
+        format: Format,
         subject: Cow<'static, str>,
         value: &T,
         inbox: Option<&Arc<str>>,
@@ -259,7 +268,7 @@ impl<'a> Context<'a> {
             inbox => inbox,
         };
         let (mut headers, payload) = self
-            .encode_parts(&subject, value)
+            .encode_parts(format, &subject, value)
             .map_err(|err| self.output_failed(err))?;
         self.correlate_headers(&mut headers);
         let origin = self.next_origin();
@@ -276,16 +285,21 @@ impl<'a> Context<'a> {
         headers: Headers,
     ) -> Result<(), PublishError> {
         let subject = outgoing_subject(value).map_err(|err| self.output_failed(err))?;
-        let mut message = self
-            .encoded(&subject, value)
+        let format = self.format_of::<T>();
+        let (_, payload) = self
+            .encode_parts(format, &subject, value)
             .map_err(|err| self.output_failed(err))?;
         let mut headers = headers;
         if crate::codec::content_type_of(&headers).is_none() {
-            let (name, value) = self.format.content_type_header();
+            let (name, value) = format.content_type_header();
             headers.insert(name, value);
         }
-        message.headers = headers;
-        self.publish_raw(message).await
+        self.publish_raw(OutboundMessage {
+            subject: Arc::from(&*subject),
+            headers,
+            payload,
+        })
+        .await
     }
 
     /// Publishes any serializable value to `subject`, in the registration's format (JSON by
@@ -449,7 +463,8 @@ pub(crate) async fn request<T: Serialize + ?Sized, R: DeserializeOwned>(
     let mut message = OutboundMessage::new(subject, payload);
     prepare(&mut message);
     let response = publisher.request(message, timeout).await?;
-    Json.decode(&response).map_err(|e| {
+    // Read directly (not through `Codec::decode`, which wants a `'static` type).
+    serde_json::from_slice::<R>(&response).map_err(|e| {
         PublishError::new(PublishErrorKind::Decode, subject).with_source(format!(
             "the response to the request on `{subject}` is not a `{}`: {e}",
             std::any::type_name::<R>()

@@ -295,6 +295,13 @@ impl DecodeError {
         }
     }
 
+    /// The same error, for the type named `target` (a codec erased by
+    /// [`Format::custom`](crate::codec::Format::custom) names the type it was handed).
+    pub(crate) fn for_target(mut self, target: &'static str) -> Self {
+        self.target = target;
+        self
+    }
+
     /// The type the payload was meant to become.
     pub fn target(&self) -> &'static str {
         self.target

@@ -235,6 +235,12 @@ pub trait Outs: Default + Send + Sync + 'static {
     fn output_types() -> Vec<OutputType> {
         Vec::new()
     }
+
+    /// Each output's own format ([`Outgoing::codec`]; `None`: the registration's), in the
+    /// order of [`subjects`](Self::subjects), for `asyncapi`.
+    fn output_codecs() -> Vec<Option<crate::codec::Format>> {
+        Vec::new()
+    }
 }
 
 impl Outs for () {}
@@ -258,6 +264,12 @@ impl<A: Outs, B: Outs> Outs for (A, B) {
         let mut t = A::output_types();
         t.extend(B::output_types());
         t
+    }
+
+    fn output_codecs() -> Vec<Option<crate::codec::Format>> {
+        let mut c = A::output_codecs();
+        c.extend(B::output_codecs());
+        c
     }
 }
 
@@ -286,6 +298,13 @@ impl<A: Outs, B: Outs, C: Outs> Outs for (A, B, C) {
         t.extend(B::output_types());
         t.extend(C::output_types());
         t
+    }
+
+    fn output_codecs() -> Vec<Option<crate::codec::Format>> {
+        let mut c = A::output_codecs();
+        c.extend(B::output_codecs());
+        c.extend(C::output_codecs());
+        c
     }
 }
 
@@ -326,6 +345,10 @@ impl<T: Outgoing + 'static> Outs for Publisher<T> {
 
     fn output_types() -> Vec<OutputType> {
         vec![(T::type_name(), T::schema)]
+    }
+
+    fn output_codecs() -> Vec<Option<crate::codec::Format>> {
+        vec![T::codec()]
     }
 }
 

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use serde::Serialize;
 
-use crate::codec::{Codec, EncodeError, Json};
+use crate::codec::{Codec, EncodeError, Format, Json};
 use crate::error::PublishError;
 
 /// A message type that knows its subject and its encoding.
@@ -74,9 +74,20 @@ pub trait Outgoing: Serialize + Send + Sync {
         Ok(Cow::Borrowed(Self::SUBJECT))
     }
 
-    /// The payload, JSON unless the type says otherwise.
+    /// The format this type is always published in, whatever registration publishes it:
+    /// `#[outgoing(name = "..", codec = Format::Cbor)]` (or a codec of your own,
+    /// `codec = Format::custom(&ACME)`). `None` (the default): the publishing registration's
+    /// format.
+    fn codec() -> Option<Format> {
+        None
+    }
+
+    /// The payload, in the type's [`codec`](Outgoing::codec), else JSON.
     fn encode(&self) -> Result<Bytes, EncodeError> {
-        Json.encode(self)
+        match Self::codec() {
+            Some(format) => format.encode(self),
+            None => Json.encode(self),
+        }
     }
 
     /// The JSON Schema (draft 7) of the payload, for `asyncapi`; `None` when unknown (the

@@ -53,7 +53,8 @@ impl NatsClient {
     }
 
     /// Publishes an [`Outgoing`](ruststream::Outgoing) value to its subject, confirmed by its
-    /// stream when one stores the subject.
+    /// stream when one stores the subject: in the type's codec (with its `content-type`) when
+    /// `#[outgoing(codec = ..)]` names one, else JSON.
     ///
     /// # Errors
     ///
@@ -64,10 +65,15 @@ impl NatsClient {
         let payload = value
             .encode()
             .map_err(|e| PublishError::new(PublishErrorKind::Encode, &*subject).with_source(e))?;
-        self.publisher
-            .send(OutboundMessage::new(&*subject, payload), None)
-            .await
-            .map(drop)
+        let mut message = OutboundMessage::new(&*subject, payload);
+        // A type with a codec of its own says which: a reader cannot guess it.
+        if let Some(format) = T::codec() {
+            message.headers.insert(
+                ruststream::codec::CONTENT_TYPE,
+                ruststream::codec::Codec::content_type(&format),
+            );
+        }
+        self.publisher.send(message, None).await.map(drop)
     }
 
     /// Publishes `value` as JSON to `subject`, confirmed by its stream when one stores it.

@@ -32,6 +32,9 @@ pub struct Schemas {
     /// Each output's Rust type and JSON Schema, in the order the registration's `publishes`
     /// lists their subjects.
     pub outputs: Vec<(&'static str, SchemaFn)>,
+    /// Each output's own format (`#[outgoing(codec = ..)]`; `None`: the registration's), in
+    /// the order of `outputs`.
+    pub output_codecs: Vec<Option<crate::codec::Format>>,
     /// Headers the handler reads, declared at the mount site, as `(name, what it means)`.
     pub headers: Vec<(String, String)>,
 }
@@ -46,6 +49,7 @@ impl fmt::Debug for Schemas {
             .field("reply_type", &self.reply_type)
             .field("headers", &self.headers)
             .field("outputs", &self.outputs.len())
+            .field("output_codecs", &self.output_codecs)
             .finish()
     }
 }
@@ -64,6 +68,7 @@ impl PartialEq for Schemas {
             && same(self.reply, other.reply)
             && self.reply_type == other.reply_type
             && self.headers == other.headers
+            && self.output_codecs == other.output_codecs
             && self.outputs.len() == other.outputs.len()
             && self
                 .outputs
@@ -86,6 +91,7 @@ impl Schemas {
             reply_type: None,
             headers: Vec::new(),
             outputs: Vec::new(),
+            output_codecs: Vec::new(),
         }
     }
 
@@ -127,6 +133,7 @@ impl Schemas {
             reply: O::reply_schema(),
             reply_type: O::reply_type(),
             outputs: O::output_types(),
+            output_codecs: O::output_codecs(),
             ..self
         }
     }
