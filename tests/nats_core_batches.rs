@@ -2,9 +2,9 @@
 //! time with `.max_wait(..)`), each message of a batch is settled with Core semantics of its
 //! own (a retry under the cap is a copy, at the cap a dead letter; an undecodable one is
 //! reported without sinking the others), a batch `reply` handler answers each request of its
-//! batch, and a stop hands the batch being formed over at once. In process (`TestApp`, paused
-//! clock) and live against a real nats-server, asserting what the requesters and the server's
-//! subscribers saw.
+//! batch (on a stream: publishes each value and settles each message), and a stop hands the
+//! batch being formed over at once. In process (`TestApp`, paused clock) and live against a
+//! real nats-server, asserting what the requesters and the server's subscribers saw.
 
 mod support;
 
@@ -43,6 +43,11 @@ const LINGER: Duration = Duration::from_secs(30);
     reply
 )]
 async fn double(numbers: &[Number]) -> Vec<Result<Doubled, HandlerOutcome>> {
+    doubled(numbers)
+}
+
+/// Each number doubled, with the size of the batch; a negative one dropped.
+fn doubled(numbers: &[Number]) -> Vec<Result<Doubled, HandlerOutcome>> {
     numbers
         .iter()
         .map(|n| match n.value {
@@ -312,6 +317,57 @@ async fn a_batch_reply_answers_each_request_of_its_batch_in_process() {
                 batch: 2
             }
         ]
+    );
+    t.shutdown().await.expect("a clean shutdown");
+}
+
+/// The same answers on a stream: no inbox to answer, each value published, each message settled
+/// on the server with its own outcome.
+#[subscriber(
+    JetStreamSubject::new("numbers.in", "NUMBERS")
+        .durable("double")
+        .batch(nonzero!(5)),
+    reply
+)]
+async fn double_stored(numbers: &[Number]) -> Vec<Result<Doubled, HandlerOutcome>> {
+    doubled(numbers)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_reply_on_a_stream_publishes_each_value_and_settles_each_message_in_process() {
+    use ruststream_nats::testing::InProcessNats;
+    use ruststream_nats::transport::{StreamSpec, Transport as _};
+
+    let nats = InProcessNats::new();
+    nats.declare_stream(StreamSpec {
+        name: "NUMBERS".to_owned(),
+        subjects: vec!["numbers.>".to_owned()],
+    })
+    .await
+    .expect("the stream");
+    for value in [1, -1, 3] {
+        let payload = format!(r#"{{"value":{value}}}"#);
+        nats.publish_stored(Arc::from("numbers.in"), Headers::new(), payload.into())
+            .await
+            .expect("stored");
+    }
+    let app = RustStream::new(AppInfo::new("math", "0.1.0")).with_broker(
+        NatsBroker::new("nats://unused:4222"),
+        |b| {
+            b.include(double_stored);
+        },
+    );
+    let t = TestApp::start_on(app, nats).await.expect("the app starts");
+    t.settle().await;
+    let values: Vec<i64> = t
+        .published::<Doubled>("math.doubled")
+        .iter()
+        .map(|d| d.value)
+        .collect();
+    assert_eq!(values, [2, 6]);
+    assert_eq!(
+        t.nats().acknowledgements("NUMBERS", "double"),
+        ["+ACK", "+TERM", "+ACK"]
     );
     t.shutdown().await.expect("a clean shutdown");
 }
