@@ -372,6 +372,71 @@ async fn a_batch_reply_on_a_stream_publishes_each_value_and_settles_each_message
     t.shutdown().await.expect("a clean shutdown");
 }
 
+#[derive(Debug, Deserialize)]
+struct Order {
+    tenant: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Outgoing)]
+#[outgoing(name = "orders.{tenant}.placed")]
+struct Placed {
+    tenant: String,
+}
+
+/// Places each order of a batch under its tenant's subject.
+#[subscriber(CoreSubject::new("orders.incoming").batch(nonzero!(10)).max_wait(Duration::from_secs(1)), reply)]
+async fn place(orders: &[Order]) -> Vec<Result<Placed, HandlerOutcome>> {
+    orders
+        .iter()
+        .map(|o| {
+            Ok(Placed {
+                tenant: o.tenant.clone(),
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_value_that_can_never_be_published_is_dead_lettered_not_retried_in_process() {
+    let app = RustStream::new(AppInfo::new("orders", "0.1.0")).with_broker(
+        NatsBroker::new("nats://unused:4222"),
+        |b| {
+            b.include(place)
+                .max_attempts(nonzero!(3))
+                .dead_letter("orders.dead");
+        },
+    );
+    let t = TestApp::start(app).await.expect("the app starts");
+    for tenant in ["acme", "a.b", "globex"] {
+        let payload = format!(r#"{{"tenant":"{tenant}"}}"#);
+        t.publish_raw("orders.incoming", Headers::new(), payload)
+            .await
+            .expect("published");
+    }
+    t.advance(Duration::from_secs(1)).await;
+    // `a.b` cannot fill one token of the subject: the others are placed, it is dead-lettered
+    // as it arrived, and no copy retries it.
+    let placed: Vec<String> = t
+        .published::<Placed>("orders.*.placed")
+        .into_iter()
+        .map(|p| p.tenant)
+        .collect();
+    assert_eq!(placed, ["acme", "globex"]);
+    let dead = t.dead_letters("orders.dead");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(&dead[0].payload[..], br#"{"tenant":"a.b"}"#);
+    assert_eq!(t.nats().published("orders.incoming").len(), 3, "no copy");
+    assert_eq!(
+        t.outcomes("place"),
+        [
+            HandlerOutcome::ack(),
+            HandlerOutcome::dead_letter(),
+            HandlerOutcome::ack()
+        ]
+    );
+    t.shutdown().await.expect("a clean shutdown");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stop_hands_the_batch_being_formed_over_at_once_in_process() {
     let store = Store::default();
@@ -423,6 +488,22 @@ fn describe_lists_a_core_batch_and_its_linger() {
     assert!(
         table.contains("core, batch (max wait 500ms)"),
         "the batch is in the table:\n{table}"
+    );
+    // A queue group does not hide the batch.
+    let shared = RustStream::new(AppInfo::new("sensors", "0.1.0")).with_broker(
+        NatsBroker::new("nats://unused:4222"),
+        |b| {
+            b.include(
+                CoreSubject::new("sensors.readings")
+                    .queue_group("stores")
+                    .handler(Store::default()),
+            );
+        },
+    );
+    let table = ruststream::app::cli::describe(&shared);
+    assert!(
+        table.contains("core, queue group stores, batch"),
+        "both are in the table:\n{table}"
     );
 }
 
