@@ -107,6 +107,12 @@ fn check_registration(r: &RegistrationInfo, problems: &mut Vec<String>) {
                     kind = r.descriptor.kind,
                 ));
             }
+            // Only a batch handler reads them: on a single handler they would do nothing.
+            if !r.batch && (r.descriptor.batch.is_some() || r.descriptor.batch_max_wait.is_some()) {
+                problems.push(format!(
+                    "registration `{name}` sets `.batch(..)` or `.max_wait(..)` on `{subject}`, but its handler takes one message at a time, so nothing would be gathered: take the payload as a slice (`&[T]`) to handle batches, or remove the option"
+                ));
+            }
         }
         DeliveryModel::JetStream => check_jetstream(r, problems),
     }

@@ -9,6 +9,10 @@ pub use futures;
 pub use serde_json;
 pub use tracing;
 
+mod batch_reply;
+
+pub use self::batch_reply::{IntoBatchReplies, into_batch_replies, reply_batch};
+
 // One guard for every piece of user code a delivery runs (also `ruststream-nats`' source task).
 pub use crate::panic::{guard, guard_async, guard_user_code, panic_message};
 
@@ -424,6 +428,14 @@ pub trait ReplyFor<S>: Sized {
         outs: &'a Publisher<Self>,
         ctx: &'a Context<'_>,
     ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send + 'a;
+
+    /// Publishes each `Ok` value of a batch, then acknowledges its message; see
+    /// [`reply_batch`].
+    fn reply_batch<'a>(
+        replies: Vec<Result<Self, HandlerOutcome>>,
+        outs: &'a Publisher<Self>,
+        ctx: &'a BatchContext<'_>,
+    ) -> impl Future<Output = BatchOutcome> + Send + 'a;
 }
 
 impl<T: Outgoing + 'static, S> ReplyFor<S> for T {
@@ -433,6 +445,14 @@ impl<T: Outgoing + 'static, S> ReplyFor<S> for T {
         ctx: &'a Context<'_>,
     ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send + 'a {
         reply(ret, outs, ctx)
+    }
+
+    fn reply_batch<'a>(
+        replies: Vec<Result<Self, HandlerOutcome>>,
+        outs: &'a Publisher<Self>,
+        ctx: &'a BatchContext<'_>,
+    ) -> impl Future<Output = BatchOutcome> + Send + 'a {
+        reply_batch(replies, outs, ctx)
     }
 }
 

@@ -174,7 +174,8 @@ impl fmt::Debug for BatchContext<'_> {
     }
 }
 
-/// A handler for batches of `In`, fetched together from a JetStream consumer.
+/// A handler for batches of `In`: fetched together from a JetStream consumer, or gathered in the
+/// client from a Core subscription.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not handle batches of `{In}`",
     note = "implement `HandleBatch<{In}, {Outs}, {S}>`, or mark an `async fn` taking `&[{In}]` with `#[subscriber(..)]`"

@@ -14,7 +14,8 @@ use self::args::{check_descriptor, check_known_args, check_reply_once};
 use self::extractors::check_extractors;
 pub use self::extractors::value_type_in_ctx;
 use super::parse::{
-    Args, Descriptor, Handler, Output, Param, Shape, is_unit, last_segment_is, strip,
+    Args, Descriptor, Handler, Output, Param, Shape, each_result_ok, is_unit, last_segment_is,
+    strip,
 };
 use crate::diag::{Errors, error_at, error_at_tokens, type_text};
 
@@ -47,7 +48,8 @@ pub enum Ret<'a> {
     /// An outcome (`HandlerOutcome`, `Result<(), HandlerOutcome>`, `Vec<HandlerOutcome>`...):
     /// converted by `IntoResult` or `IntoBatchOutcome`.
     Outcome(&'a Type),
-    /// `Result<R, HandlerOutcome>` (or `Result<R, E>`) with `reply`: `R` is published.
+    /// `Result<R, HandlerOutcome>` (or `Result<R, E>`) with `reply`: `R` is published. On a
+    /// batch, `Vec<Result<R, HandlerOutcome>>`: one per message.
     Reply { value: &'a Type, whole: &'a Type },
     /// No return type, on a single-message handler without `reply`: acknowledges.
     Unit,
@@ -240,7 +242,7 @@ fn check_output<'a>(
         return None;
     }
     match reply {
-        Some(span) if batch => check_no_reply_on_batch(span, errors),
+        Some(_) if batch => check_batch_reply_return(&handler.output, errors),
         Some(_) => check_reply_return(&handler.output, errors),
         None if batch => check_batch_return(&handler.output, errors),
         None => check_outcome_return(&handler.output, errors),
@@ -248,24 +250,50 @@ fn check_output<'a>(
 }
 
 /// A handler says how its message is settled: `()` says nothing.
-fn check_returns_an_outcome(span: Span, reply: bool, _batch: bool, errors: &mut Errors) {
+fn check_returns_an_outcome(span: Span, reply: bool, batch: bool, errors: &mut Errors) {
     errors.push(error_at(
         span,
-        if reply {
-            "a `reply` subscriber returns what it publishes: add `-> Result<T, HandlerOutcome>` (or `-> Result<T, E>` with `E: std::error::Error`) with `T: Outgoing`"
-        } else {
-            "a batch subscriber returns how its messages are settled: add `-> HandlerOutcome` (one for the batch) or `-> Vec<HandlerOutcome>` (one per message)"
+        match (reply, batch) {
+            (true, false) => {
+                "a `reply` subscriber returns what it publishes: add `-> Result<T, HandlerOutcome>` (or `-> Result<T, E>` with `E: std::error::Error`) with `T: Outgoing`"
+            }
+            (true, true) => {
+                "a batch `reply` subscriber returns what it publishes for each message: add `-> Vec<Result<T, HandlerOutcome>>` with `T: Outgoing`, one per message"
+            }
+            (false, _) => {
+                "a batch subscriber returns how its messages are settled: add `-> HandlerOutcome` (one for the batch) or `-> Vec<HandlerOutcome>` (one per message)"
+            }
         },
     ));
 }
 
-/// `reply` publishes one message's answer; a batch has no single answer.
-fn check_no_reply_on_batch<'a>(span: Span, errors: &mut Errors) -> Option<Ret<'a>> {
-    errors.push(error_at(
-        span,
-        "`reply` is for single-message handlers; a batch handler publishes from `ctx.context(i)` of its `&mut BatchContext<'_>`: remove `reply`",
-    ));
-    None
+/// A batch `reply` answers each message: one `Result` per message, with a value to publish.
+fn check_batch_reply_return<'a>(output: &'a Output, errors: &mut Errors) -> Option<Ret<'a>> {
+    let whole = match output {
+        Output::Result { whole, .. } => whole,
+        Output::Other(ty) => ty,
+        Output::Unit(_) => return None,
+    };
+    match each_result_ok(whole) {
+        Some(ok) if is_unit(ok) => {
+            errors.push(error_at_tokens(
+                ok,
+                "`reply` publishes the value in each `Ok`, and `()` is nothing to publish: return `Vec<Result<T, HandlerOutcome>>` with `T: Outgoing`, or remove `reply` and return `Vec<HandlerOutcome>`",
+            ));
+            None
+        }
+        Some(ok) => Some(Ret::Reply { value: ok, whole }),
+        None => {
+            errors.push(error_at_tokens(
+                whole,
+                format!(
+                    "a batch `reply` subscriber answers each message of the batch, and `{}` is not written as one `Result` per message: return `Vec<Result<T, HandlerOutcome>>` with `T: Outgoing` (message `i` answered with `Ok` value `i`, or settled with outcome `i`), or remove `reply`",
+                    ty_text(Some(whole))
+                ),
+            ));
+            None
+        }
+    }
 }
 
 /// `reply` publishes the value in `Ok`: the return is a `Result` with a value to publish.

@@ -61,7 +61,7 @@ pub fn handler(plan: &Plan<'_>) -> TokenStream {
         .collect();
 
     let handle = if plan.batch {
-        handle_batch(plan, &extractor_bounds)
+        handle_batch(plan, &outs, &extractor_bounds)
     } else {
         handle_single(plan, &outs, &extractor_bounds)
     };
@@ -277,8 +277,8 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
-/// `impl HandleBatch<Payload, (), __S>`.
-fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
+/// `impl HandleBatch<Payload, Outs, __S>`.
+fn handle_batch(plan: &Plan<'_>, outs: &TokenStream, bounds: &[TokenStream]) -> TokenStream {
     let h = plan.handler;
     let name = &h.item.sig.ident;
     let payload = plan.payload;
@@ -290,17 +290,29 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
     );
     let finish = match plan.ret {
         Ret::Outcome(ty) => check_call(quote!(into_batch_outcome), ty, quote!((__ret))),
-        // `check.rs` refuses `reply` and `()` on a batch.
-        Ret::Reply { .. } | Ret::Unit => quote!(::core::unreachable!()),
+        Ret::Reply { value, whole } => {
+            // Spanned over the return type: an error type that is not `HandlerOutcome` is
+            // shown there.
+            let (first, last) = first_last(whole);
+            let open = quote_spanned!(first=> ::ruststream::__private::into_batch_replies::<);
+            let close = quote_spanned!(last=> , _>(__ret));
+            quote! {
+                let __ret = #open #whole #close;
+                <#value as ::ruststream::__private::ReplyFor<__S>>::reply_batch(__ret, __outs, __ctx).await
+            }
+        }
+        // `check.rs` refuses `()` on a batch.
+        Ret::Unit => quote!(::core::unreachable!()),
     };
+    let reply_bound = reply_bound(plan);
     let body = methods(&Methods {
         plan,
         inner: inner_fn(plan.handler),
         call: quote!(handle_batch),
         call_with_state: quote!(handle_batch_with_state),
-        handler_trait: quote!(::ruststream::HandleBatch<#payload, (), __S>),
+        handler_trait: quote!(::ruststream::HandleBatch<#payload, #outs, __S>),
         input: quote!(&[#payload]),
-        outs: quote!(()),
+        outs: outs.clone(),
         context: quote!(::ruststream::BatchContext<'_>),
         returns: quote!(::ruststream::BatchOutcome),
         arguments,
@@ -309,9 +321,10 @@ fn handle_batch(plan: &Plan<'_>, bounds: &[TokenStream]) -> TokenStream {
     quote! {
         #[automatically_derived]
         impl<__S: ::core::marker::Send + ::core::marker::Sync + 'static>
-            ::ruststream::HandleBatch<#payload, (), __S> for #name
+            ::ruststream::HandleBatch<#payload, #outs, __S> for #name
         where
             #(#bounds,)*
+            #reply_bound
         {
             #body
         }

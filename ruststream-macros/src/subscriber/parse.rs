@@ -182,28 +182,51 @@ impl Shape {
 
 impl Output {
     fn parse(ty: &Type) -> Self {
-        if let Type::Path(p) = strip(ty)
-            && p.qself.is_none()
-            && let Some(last) = p.path.segments.last()
-            && last.ident == "Result"
-            && let syn::PathArguments::AngleBracketed(args) = &last.arguments
-        {
-            let types: Vec<&Type> = args
-                .args
+        match result_ok(ty) {
+            Some(ok) => Output::Result {
+                ok: Box::new(ok.clone()),
+                whole: Box::new(ty.clone()),
+            },
+            None => Output::Other(Box::new(ty.clone())),
+        }
+    }
+}
+
+/// The type arguments of `ty` when it is a path whose last segment is `name` (`Result`,
+/// `std::vec::Vec`).
+fn type_args<'a>(ty: &'a Type, name: &str) -> Option<Vec<&'a Type>> {
+    if let Type::Path(p) = strip(ty)
+        && p.qself.is_none()
+        && let Some(last) = p.path.segments.last()
+        && last.ident == name
+        && let syn::PathArguments::AngleBracketed(args) = &last.arguments
+    {
+        return Some(
+            args.args
                 .iter()
                 .filter_map(|a| match a {
                     syn::GenericArgument::Type(t) => Some(t),
                     _ => None,
                 })
-                .collect();
-            if let [ok, _err] = types[..] {
-                return Output::Result {
-                    ok: Box::new(ok.clone()),
-                    whole: Box::new(ty.clone()),
-                };
-            }
-        }
-        Output::Other(Box::new(ty.clone()))
+                .collect(),
+        );
+    }
+    None
+}
+
+/// `ok` of a type written `Result<ok, _>`.
+fn result_ok(ty: &Type) -> Option<&Type> {
+    match type_args(ty, "Result")?[..] {
+        [ok, _err] => Some(ok),
+        _ => None,
+    }
+}
+
+/// `ok` of a type written `Vec<Result<ok, _>>`: what a batch `reply` handler returns.
+pub fn each_result_ok(ty: &Type) -> Option<&Type> {
+    match type_args(ty, "Vec")?[..] {
+        [each] => result_ok(each),
+        _ => None,
     }
 }
 

@@ -1,3 +1,6 @@
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
 use ruststream::registration::DescriptorInfo;
 use ruststream::settle::DeliveryModel;
 use ruststream::{Descriptor, WithHandler};
@@ -20,7 +23,72 @@ pub struct CoreSubject {
     subject: String,
     queue_group: Option<String>,
     retry_to: Option<String>,
+    batch: CoreBatch,
 }
+
+/// How a Core descriptor gathers messages for a batch handler: gathered in the client, since a
+/// Core subscription delivers each message as it is published.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct CoreBatch {
+    pub(super) size: Option<NonZeroUsize>,
+    pub(super) max_wait: Option<Duration>,
+}
+
+impl CoreBatch {
+    /// Writes the batch size and the linger into `info`, when set.
+    pub(super) fn describe(self, info: &mut DescriptorInfo) {
+        info.batch = self.size;
+        info.batch_max_wait = self.max_wait;
+    }
+}
+
+/// The batch options of a Core descriptor (`CoreSubject`, `CoreWildcard`), whose `batch` field is
+/// a [`CoreBatch`]: written once for both.
+macro_rules! core_batch_options {
+    ($ty:ident) => {
+        /// How many messages a batch handler (payload `&[T]`) gets at once: 64 by default. The
+        /// client gathers them as they arrive; each message is still settled on its own, with
+        /// Core semantics (see `docs/consumers.md`, "Core batches"). Only a batch handler reads
+        /// it: on a handler of single messages the app refuses to start.
+        ///
+        /// ```
+        /// use ruststream::nonzero;
+        #[doc = concat!("use ruststream_nats::", stringify!($ty), ";")]
+        /// use std::time::Duration;
+        ///
+        #[doc = concat!("let readings = ", stringify!($ty), "::new(\"sensors.readings\")")]
+        ///     .batch(nonzero!(100))
+        ///     .max_wait(Duration::from_millis(200));
+        /// assert_eq!(readings.batch_size().get(), 100);
+        /// assert_eq!(readings.max_wait_duration(), Some(Duration::from_millis(200)));
+        /// ```
+        pub fn batch(mut self, size: std::num::NonZeroUsize) -> Self {
+            self.batch.size = Some(size);
+            self
+        }
+
+        /// How long a batch handler's batch may wait to fill (the linger): once its first
+        /// message came, the batch is handed over when it holds `batch` messages or `wait` has
+        /// passed, whichever comes first. Without it a batch is what is ready at once. A request
+        /// in the batch is answered up to `wait` later; a stop hands the batch being formed over
+        /// at once.
+        pub fn max_wait(mut self, wait: std::time::Duration) -> Self {
+            self.batch.max_wait = Some(wait);
+            self
+        }
+
+        /// The batch size: the one set, else the default of 64.
+        pub fn batch_size(&self) -> std::num::NonZeroUsize {
+            self.batch.size.unwrap_or(crate::descriptor::DEFAULT_BATCH)
+        }
+
+        /// How long a batch may wait to fill, when set.
+        pub fn max_wait_duration(&self) -> Option<std::time::Duration> {
+            self.batch.max_wait
+        }
+    };
+}
+pub(super) use core_batch_options;
 
 impl CoreSubject {
     /// Reads `subject`.
@@ -29,8 +97,11 @@ impl CoreSubject {
             subject: subject.into(),
             queue_group: None,
             retry_to: None,
+            batch: CoreBatch::default(),
         }
     }
+
+    core_batch_options!(CoreSubject);
 
     /// Publishes retry copies to `subject` instead of this one.
     ///
@@ -109,6 +180,7 @@ impl Descriptor for CoreSubject {
             .with_copy_target(self.retry_target());
         info.queue_group = self.queue_group.clone();
         info.kind = "CoreSubject";
+        self.batch.describe(&mut info);
         info
     }
 

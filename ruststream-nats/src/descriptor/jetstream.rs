@@ -121,7 +121,7 @@ impl JetStreamSubject {
     /// came, the batch is handed over when it holds `batch` messages or `wait` has passed,
     /// whichever comes first, so light traffic still forms batches. Without it (the default) a
     /// batch is what is ready at once. A message waits at most `wait` longer before its handler
-    /// starts; a stop waits for the batch being formed. See `docs/consumers.md`.
+    /// starts; a stop hands the batch being formed over at once. See `docs/consumers.md`.
     pub fn max_wait(mut self, wait: Duration) -> Self {
         self.max_wait = Some(wait);
         self

@@ -3,6 +3,7 @@ use ruststream::settle::DeliveryModel;
 use ruststream::{Descriptor, WithHandler};
 
 use super::JetStreamOnly;
+use super::core::{CoreBatch, core_batch_options};
 
 /// A Core NATS pattern (`orders.*`, `orders.>`): many subjects, at-most-once delivery.
 ///
@@ -19,6 +20,7 @@ use super::JetStreamOnly;
 pub struct CoreWildcard {
     pattern: String,
     queue_group: Option<String>,
+    batch: CoreBatch,
 }
 
 impl CoreWildcard {
@@ -27,8 +29,11 @@ impl CoreWildcard {
         Self {
             pattern: pattern.into(),
             queue_group: None,
+            batch: CoreBatch::default(),
         }
     }
+
+    core_batch_options!(CoreWildcard);
 
     /// Shares the pattern with the other members of queue group `name`.
     pub fn queue_group(mut self, name: impl Into<String>) -> Self {
@@ -74,6 +79,7 @@ impl Descriptor for CoreWildcard {
         info.wildcard = true;
         info.queue_group = self.queue_group.clone();
         info.kind = "CoreWildcard";
+        self.batch.describe(&mut info);
         info
     }
 

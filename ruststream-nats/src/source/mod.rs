@@ -412,7 +412,8 @@ impl Source {
     /// with the next ones', when the task next waits.
     fn behind(&mut self, mut incoming: Incoming) -> Incoming {
         // A JetStream delivery has no reply inbox (its reply subject is the acknowledgement's);
-        // a batch is gathered from the stream itself. (`first` took `ahead` before this.)
+        // a batch takes what is behind it into the batch itself, and its responses go out
+        // together when the handler's task next waits. (`first` took `ahead` before this.)
         if incoming.delivery.reply().is_none() || self.batch > 1 {
             return incoming;
         }

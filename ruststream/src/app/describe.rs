@@ -205,13 +205,14 @@ fn row(r: &RegistrationInfo, streams: &[(String, Vec<String>)]) -> [String; 10] 
         (DeliveryModel::Core, true) => "core (pattern)".to_owned(),
         (DeliveryModel::Core, false) => "core".to_owned(),
     };
-    let model = match (&d.queue_group, r.batch) {
-        (Some(q), _) => format!("{model}, queue group {q}"),
-        (None, true) => match d.batch_max_wait {
-            Some(wait) => format!("{model}, batch (max wait {wait:?})"),
-            None => format!("{model}, batch"),
-        },
-        (None, false) => model,
+    let model = match &d.queue_group {
+        Some(q) => format!("{model}, queue group {q}"),
+        None => model,
+    };
+    let model = match (r.batch, d.batch_max_wait) {
+        (true, Some(wait)) => format!("{model}, batch (max wait {wait:?})"),
+        (true, None) => format!("{model}, batch"),
+        (false, _) => model,
     };
     let consumer = match (&d.stream, &d.consumer) {
         (Some(s), Some(c)) => format!("{s}/{c}"),

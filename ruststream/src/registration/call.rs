@@ -309,7 +309,7 @@ fn batch_results(outcome: BatchOutcome, len: usize) -> Vec<Handled> {
         }
         BatchOutcome::Each(each) => {
             let reason = format!(
-                "the batch handler returned {} outcomes for {len} messages; nothing is settled and the server delivers the batch again after ack_wait",
+                "the batch handler returned {} outcomes for {len} messages; nothing is settled or replied (JetStream delivers the batch again after ack_wait; Core messages are let go)",
                 each.len()
             );
             vec![Handled::NoOutcome(reason); len]
