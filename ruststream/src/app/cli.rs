@@ -254,7 +254,7 @@ where
                 return ExitCode::FAILURE;
             };
             let run = async move {
-                let (env, _server) = match metrics_addr {
+                let (env, server) = match metrics_addr {
                     Some(addr) => {
                         let (env, server) = serve_operations(env, addr).await?;
                         (env, Some(server))
@@ -267,7 +267,12 @@ where
                     () = super::shutdown_signal() => {}
                     () = input_ended.ended.notified() => {}
                 }
-                running.stop().await
+                let stopped = running.stop().await;
+                // Served through the drain (`/readyz` says so), closed once the app stopped.
+                if let Some(server) = server {
+                    server.shutdown().await;
+                }
+                stopped
             };
             match runtime.block_on(run) {
                 Ok(()) => ExitCode::SUCCESS,
