@@ -203,7 +203,7 @@ fn the_guide_states_the_measured_crate_count() {
 }
 
 /// The guide's service, built as a user builds it (no features), runs `describe`, and asked for
-/// the embedded NATS it was built without, says how to get it instead of starting.
+/// the embedded NATS and the OTLP export it was built without, says how to get them.
 #[test]
 fn the_plain_build_runs_and_names_the_embedded_feature() {
     let project = first_service();
@@ -226,8 +226,11 @@ fn the_plain_build_runs_and_names_the_embedded_feature() {
         describe.status.success() && described.contains("greet"),
         "describe: {describe:?}"
     );
+    // Asked to export traces too, which it was built without: a warning names that feature.
     let embedded = Command::new(&binary)
         .args(["run", "--embedded"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+        .env("NO_COLOR", "1")
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
@@ -236,5 +239,13 @@ fn the_plain_build_runs_and_names_the_embedded_feature() {
     assert!(
         stderr.contains("--features ruststream-nats/embedded"),
         "the error names the feature: {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&embedded.stdout);
+    assert_eq!(
+        stdout
+            .matches("OTEL_EXPORTER_OTLP_ENDPOINT is set, but this program is built without the OTLP exporter: no trace is exported; build it with the `otlp` feature of ruststream-nats")
+            .count(),
+        1,
+        "warned once, naming the feature: {stdout}"
     );
 }

@@ -17,6 +17,8 @@ use ruststream_test_server::client::{connect_jetstream, create_stream, publish_s
 
 mod support;
 
+use support::program::eventually;
+
 // `examples/payments.rs`, unchanged, as the program this test runs.
 example_program!(payments, "payments.rs");
 
@@ -128,17 +130,6 @@ fn get(addr: &str, path: &str) -> (u16, String) {
             (status, response.into_string().expect("a body"))
         }
         Err(err) => panic!("GET {url} failed: {err}"),
-    }
-}
-
-fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(found) = check() {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -438,3 +438,148 @@ async fn a_stuck_client_is_closed_after_the_timeout() {
     })
     .await;
 }
+
+/// The operations server of a new `Health` without metrics, on a free port.
+async fn bare_server() -> telemetry::Server {
+    telemetry::serve(
+        "127.0.0.1:0".parse().expect("an address"),
+        Health::new(),
+        None,
+    )
+    .await
+    .expect("the operations server binds")
+}
+
+/// Sends `request` as it is on a new connection and reads the answer until the server closes.
+async fn raw(addr: std::net::SocketAddr, request: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connects");
+    stream.write_all(&request).await.expect("the request sent");
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer))
+        .await
+        .expect("the server answers and closes")
+        .expect("the answer read");
+    String::from_utf8(answer).expect("a text answer")
+}
+
+/// What is not a probe's GET gets hyper's clear answer: 405 naming the methods, 400 for a
+/// malformed request, 431 for a request head past 8 KiB; a HEAD gets the head alone. Every
+/// answer closes its connection.
+#[tokio::test]
+async fn bad_requests_get_clear_answers() {
+    let server = bare_server().await;
+    let addr = server.local_addr();
+    let post = raw(
+        addr,
+        b"POST /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+    )
+    .await;
+    assert!(
+        post.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+        "{post}"
+    );
+    assert!(post.contains("\r\nallow: GET, HEAD\r\n"), "{post}");
+    assert!(post.contains("\r\nconnection: close\r\n"), "{post}");
+    assert!(post.ends_with("\r\n\r\nonly GET\n"), "{post}");
+
+    let malformed = raw(
+        addr,
+        b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n".to_vec(),
+    )
+    .await;
+    assert!(
+        malformed.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{malformed}"
+    );
+    let garbage = raw(
+        addr,
+        b"\x16\x03\x01\x00\xa5 not http at all\r\n\r\n".to_vec(),
+    )
+    .await;
+    assert!(
+        garbage.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+        "{garbage}"
+    );
+
+    let mut oversized = b"GET /healthz HTTP/1.1\r\nx-padding: ".to_vec();
+    oversized.extend(std::iter::repeat_n(b'a', 16 * 1024));
+    oversized.extend_from_slice(b"\r\n\r\n");
+    let oversized = raw(addr, oversized).await;
+    assert!(
+        oversized.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\n"),
+        "{oversized}"
+    );
+
+    let head = raw(addr, b"HEAD /readyz HTTP/1.1\r\nhost: x\r\n\r\n".to_vec()).await;
+    assert!(
+        head.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+        "{head}"
+    );
+    assert!(
+        head.contains("\r\ncontent-type: text/plain; charset=utf-8\r\n"),
+        "{head}"
+    );
+    assert!(head.ends_with("\r\n\r\n"), "a head and no body: {head}");
+
+    let unknown = raw(
+        addr,
+        b"GET /metrics/../x HTTP/1.1\r\nhost: x\r\n\r\n".to_vec(),
+    )
+    .await;
+    assert!(
+        unknown.starts_with("HTTP/1.1 404 Not Found\r\n"),
+        "{unknown}"
+    );
+    // Keep-alive asked for: still one request per connection.
+    let kept = raw(addr, b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: keep-alive\r\n\r\nGET /healthz HTTP/1.1\r\nhost: x\r\n\r\n".to_vec()).await;
+    assert_eq!(kept.matches("HTTP/1.1 200 OK").count(), 1, "{kept}");
+    assert!(kept.ends_with("\r\n\r\nok\n"), "{kept}");
+}
+
+/// A shutdown stops taking connections but answers the request being read, then returns.
+#[tokio::test]
+async fn a_shutdown_answers_the_request_in_flight_then_closes() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let server = bare_server().await;
+    let addr = server.local_addr();
+    let mut in_flight = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connects");
+    in_flight
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .expect("half a request");
+    // The first half read by the server before it is told to stop.
+    let (status, _) = get(addr, "/healthz").await;
+    assert_eq!(status, 200);
+    let shutdown = tokio::spawn(server.shutdown());
+    eventually(PATIENCE, "no new connection is taken", || async {
+        tokio::net::TcpStream::connect(addr)
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        !shutdown.is_finished(),
+        "the shutdown waits for the request in flight"
+    );
+    in_flight
+        .write_all(b"host: x\r\n\r\n")
+        .await
+        .expect("the rest of the request");
+    let mut answer = String::new();
+    in_flight
+        .read_to_string(&mut answer)
+        .await
+        .expect("the answer");
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(answer.ends_with("\r\n\r\nok\n"), "{answer}");
+    tokio::time::timeout(PATIENCE, shutdown)
+        .await
+        .expect("the shutdown returns once the connection closed")
+        .expect("the shutdown task");
+}

@@ -1,6 +1,7 @@
 //! Operations: the metrics every delivery feeds (through the [`metrics`] facade), the health
 //! the brokers report, and the small HTTP server that serves both (`run --metrics-addr`):
-//! Prometheus text at `/metrics`, liveness at `/healthz`, readiness at `/readyz`.
+//! Prometheus text at `/metrics`, liveness at `/healthz`, readiness at `/readyz`. The same
+//! endpoints mount in a service's own axum server through [`router`] (feature `axum`).
 //!
 //! The metrics are recorded whether or not a recorder is installed (without one they cost a
 //! no-op call). The generated `main` installs the Prometheus recorder when `--metrics-addr` is
@@ -15,9 +16,14 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 
+mod endpoints;
 mod http;
+#[cfg(feature = "axum")]
+mod router;
 
 pub use self::http::{Server, ServerLimits, serve, serve_with};
+#[cfg(feature = "axum")]
+pub use self::router::router;
 pub use crate::delivery_log::{DeliveryLog, Plain};
 use crate::handled::Handled;
 use crate::outcome::HandlerOutcome;

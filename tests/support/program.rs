@@ -48,6 +48,9 @@ pub fn program<const N: usize>(args: [&str; N]) -> Command {
         .env_remove("RUSTSTREAM_METRICS_ADDR")
         .env_remove("RUSTSTREAM_LOG_FORMAT")
         .env_remove("RUSTSTREAM_DRAIN_TIMEOUT")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_SERVICE_NAME")
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null());
@@ -68,6 +71,87 @@ pub fn run(command: &mut Command) -> (Output, String, String) {
     let stdout = program_lines(&String::from_utf8_lossy(&output.stdout));
     let stderr = program_lines(&String::from_utf8_lossy(&output.stderr));
     (output, stdout, stderr)
+}
+
+/// The lines a running child writes to standard output, read as they come.
+pub struct Lines {
+    rx: std::sync::mpsc::Receiver<String>,
+    /// Every line read so far.
+    pub seen: Vec<String>,
+}
+
+impl Lines {
+    /// Reads `child`'s standard output (piped) from now on.
+    pub fn of(child: &mut std::process::Child) -> Self {
+        use std::io::BufRead as _;
+        let stdout = child.stdout.take().expect("the child's stdout is piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Starts `command` with its standard output piped here (standard error inherited): the
+    /// child and its lines.
+    pub fn spawn(command: &mut Command) -> (std::process::Child, Self) {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the program starts");
+        let lines = Self::of(&mut child);
+        (child, lines)
+    }
+
+    /// The first line (read before or within 30 s) that satisfies `matches`.
+    pub fn wait_for(&mut self, what: &str, matches: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Some(line) = self.seen.iter().find(|l| matches(l)) {
+                return line.clone();
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("no line with {what}; saw:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+}
+
+/// Polls `check` (from a test's own thread) until it finds something, for at most 30 s.
+pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Sends SIGTERM to `child`, as an orchestrator stops a service.
+pub fn terminate(child: &std::process::Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
 }
 
 /// Makes this test crate the program of an example: a module `$module` with the example's code

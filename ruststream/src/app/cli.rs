@@ -215,7 +215,8 @@ where
             }
         }
         Command::Run(args) => {
-            install_tracing_as(log_format);
+            // The log lines, and the OTLP trace export the `OTEL_EXPORTER_OTLP_*` variables ask for.
+            let export = super::otlp::install(log_format, &info);
             let embedded = args.embedded || env_flag(EMBEDDED_ENV);
             // Notified by the embedded NATS only, once its standard input ended.
             let input_ended = InputEnded::default();
@@ -254,7 +255,7 @@ where
                 return ExitCode::FAILURE;
             };
             let run = async move {
-                let (env, _server) = match metrics_addr {
+                let (env, server) = match metrics_addr {
                     Some(addr) => {
                         let (env, server) = serve_operations(env, addr).await?;
                         (env, Some(server))
@@ -267,9 +268,19 @@ where
                     () = super::shutdown_signal() => {}
                     () = input_ended.ended.notified() => {}
                 }
-                running.stop().await
+                let stopped = running.stop().await;
+                // Served through the drain (`/readyz` says so), closed once the app stopped.
+                if let Some(server) = server {
+                    server.shutdown().await;
+                }
+                stopped
             };
-            match runtime.block_on(run) {
+            let ran = runtime.block_on(run);
+            // The spans of the last deliveries sent before the process exits.
+            if let Some(export) = export {
+                export.finish();
+            }
+            match ran {
                 Ok(()) => ExitCode::SUCCESS,
                 // Printed once, here: `start` returns its error without logging it.
                 Err(err) => fail(&err.to_string()),
@@ -443,37 +454,12 @@ where
     W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
 {
     use tracing_subscriber::layer::SubscriberExt as _;
-
-    use super::log_fields::{DELIVERY_SPAN, DeliveryLines, JsonSpanFields};
-
-    let filter = super::log_filter::from_env(std::env::var("RUST_LOG").ok().as_deref());
-    // The delivery span is left out of the lines: they carry the `DeliveryLog` the brokers make
-    // for this subscriber instead (`ruststream::telemetry::DeliveryLog`).
-    crate::delivery_log::DeliveryLog::want();
-    let not_the_delivery_span = tracing_subscriber::filter::filter_fn(|meta| {
-        !(meta.is_span() && meta.name() == DELIVERY_SPAN)
-    });
-    let layer = tracing_subscriber::fmt::layer()
-        .with_ansi(colors)
-        .with_writer(writer);
-    // A global filter, not the `fmt` layer's own: the span is then not made at all (a
+    // A global filter, not the `fmt` layer's own: the delivery span is then not made at all (a
     // per-layer filter keeps the registry's span and leaves only its formatting out).
-    let registry = tracing_subscriber::registry()
-        .with(filter)
-        .with(not_the_delivery_span);
-    match format {
-        LogFormat::Human => registry
-            .with(layer.map_event_format(|inner| DeliveryLines { inner, json: false }))
-            .into(),
-        LogFormat::Json => registry
-            .with(
-                layer
-                    .json()
-                    .with_current_span(true)
-                    .with_span_list(true)
-                    .fmt_fields(JsonSpanFields)
-                    .map_event_format(|inner| DeliveryLines { inner, json: true }),
-            )
-            .into(),
-    }
+    use super::subscriber::{fmt_layer, log_filter, not_the_delivery_span};
+    tracing_subscriber::registry()
+        .with(log_filter())
+        .with(not_the_delivery_span())
+        .with(fmt_layer(format, writer, colors))
+        .into()
 }

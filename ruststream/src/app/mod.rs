@@ -11,8 +11,10 @@ mod info;
 mod lifecycle;
 mod log_fields;
 mod log_filter;
+mod otlp;
 mod print_handled;
 mod service;
+mod subscriber;
 
 use std::future::Future;
 

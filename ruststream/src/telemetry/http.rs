@@ -1,17 +1,32 @@
-//! The HTTP server of `--metrics-addr`: `/metrics`, `/healthz` and `/readyz`, one request per
-//! connection, within a bound on open connections and on how long each may take.
+//! The HTTP server of `--metrics-addr`: `/metrics`, `/healthz` and `/readyz` on hyper's
+//! HTTP/1.1 server, one request per connection, within a bound on open connections and on how
+//! long each may take.
 
+use std::convert::Infallible;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
+use super::endpoints::{Endpoint, respond};
 use super::{Health, Render};
 
+/// The longest request head (request line and headers) the server reads; a longer one is
+/// answered `431 Request Header Fields Too Large`. hyper's smallest bound, and far more than a
+/// probe or a scrape sends.
+const MAX_HEAD: usize = 8192;
+
 /// The HTTP server of `--metrics-addr`, bound and serving.
+///
+/// Dropping it closes the listener and every open connection at once; [`Server::shutdown`]
+/// lets the requests being answered finish first.
 #[derive(Debug)]
 pub struct Server {
     addr: std::net::SocketAddr,
+    stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -19,6 +34,14 @@ impl Server {
     /// The address it listens on (with the port the system chose for port 0).
     pub fn local_addr(&self) -> std::net::SocketAddr {
         self.addr
+    }
+
+    /// Stops accepting connections, lets the requests being answered finish (each within the
+    /// [`ServerLimits`] timeout), and returns once every connection is closed. The generated
+    /// `main` calls it after the app stopped, so `/readyz` answers 503 through the whole drain.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        let _ = (&mut self.task).await;
     }
 }
 
@@ -66,12 +89,14 @@ impl ServerLimits {
 
 /// Binds `addr` and serves `/metrics` (the text of `render`, 404 without one), `/healthz`
 /// (200 while the process runs) and `/readyz` (200 when `health` is ready, 503 with the
-/// reason otherwise). HTTP/1.1 GET only, one request per connection: what Prometheus and
-/// orchestrators' probes send. Served until the [`Server`] is dropped, within the default
-/// [`ServerLimits`].
+/// reason otherwise), on hyper's HTTP/1.1 server: GET and HEAD (405 otherwise), 404 for any
+/// other path, 400 for a malformed request and 431 for a request head over 8 KiB. One request
+/// per connection (the answer says `connection: close`): what Prometheus and orchestrators'
+/// probes send. Served until the [`Server`] is dropped or [shut down](Server::shutdown),
+/// within the default [`ServerLimits`].
 ///
-/// The exporter's own listener serves only metrics; this one answers the health probes on the
-/// same address and needs no HTTP framework.
+/// To serve the same endpoints from a service's own axum server instead, mount
+/// [`router`](super::router) (feature `axum`).
 ///
 /// # Errors
 ///
@@ -104,10 +129,28 @@ pub async fn serve_with(
         )
     })?;
     let addr = listener.local_addr().unwrap_or(addr);
-    let task = tokio::spawn(async move {
-        let mut open = Connections::default();
-        loop {
-            let stream = match listener.accept().await {
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(accept(listener, health, render, limits, stopped));
+    Ok(Server { addr, stop, task })
+}
+
+/// Accepts connections until `stopped`, then waits for the open ones to be answered.
+async fn accept(
+    listener: TcpListener,
+    health: Health,
+    render: Option<Render>,
+    limits: ServerLimits,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut open = Connections::default();
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.timeout)
+        .keep_alive(false)
+        .max_buf_size(MAX_HEAD);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(err) => {
                     // Out of file descriptors, for one: wait instead of spinning.
@@ -115,17 +158,46 @@ pub async fn serve_with(
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
+            },
+            () = until_stopped(&mut stopped) => break,
+        };
+        open.make_room(limits.max_connections);
+        let health = health.clone();
+        let render = render.clone();
+        let service = service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            let endpoint = Endpoint::at(request.uri().path());
+            let response = respond(endpoint, request.method(), &health, render.as_ref());
+            async move { Ok::<_, Infallible>(response) }
+        });
+        let connection = http.serve_connection(TokioIo::new(stream), service);
+        let mut stopped = stopped.clone();
+        open.0.push_back(tokio::spawn(async move {
+            let answered = async move {
+                tokio::pin!(connection);
+                tokio::select! {
+                    done = connection.as_mut() => return done,
+                    () = until_stopped(&mut stopped) => connection.as_mut().graceful_shutdown(),
+                }
+                connection.await
             };
-            open.make_room(limits.max_connections);
-            let health = health.clone();
-            let render = render.clone();
-            open.0.push_back(tokio::spawn(async move {
-                let answered = answer(stream, &health, render.as_ref());
-                let _ = tokio::time::timeout(limits.timeout, answered).await;
-            }));
-        }
-    });
-    Ok(Server { addr, task })
+            // A connection past the timeout is closed by dropping it.
+            if let Ok(Err(err)) = tokio::time::timeout(limits.timeout, answered).await {
+                tracing::debug!(%err, "a metrics and health connection failed");
+            }
+        }));
+    }
+    drop(listener);
+    // Awaited in place: a shutdown cut short (the server dropped) still closes the rest.
+    while let Some(connection) = open.0.front_mut() {
+        let _ = connection.await;
+        open.0.pop_front();
+    }
+}
+
+/// Returns once the server is told to stop (or was dropped).
+async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is dropped here: it must not live across an await.
+    let _ = stopped.wait_for(|stop| *stop).await;
 }
 
 /// The connections being answered, oldest first; closed when the server is dropped.
@@ -155,73 +227,4 @@ impl Drop for Connections {
             task.abort();
         }
     }
-}
-
-/// Reads one request (up to its blank line, at most 8 KiB) and answers it; the caller bounds
-/// how long it may take.
-async fn answer(
-    mut stream: tokio::net::TcpStream,
-    health: &Health,
-    render: Option<&Render>,
-) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    let read = async {
-        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
-            let n = stream.read(&mut chunk).await?;
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        Ok::<_, std::io::Error>(())
-    };
-    read.await?;
-    let request = String::from_utf8_lossy(&buf);
-    let mut words = request.split_whitespace();
-    let method = words.next().unwrap_or("");
-    let path = words.next().unwrap_or("").split('?').next().unwrap_or("");
-    let (status, content_type, body) = match (method, path) {
-        ("GET" | "HEAD", "/metrics") => match render {
-            Some(render) => (
-                "200 OK",
-                "text/plain; version=0.0.4; charset=utf-8",
-                render(),
-            ),
-            None => (
-                "404 Not Found",
-                "text/plain; charset=utf-8",
-                "metrics are not compiled in: enable the `prometheus` feature of ruststream\n"
-                    .to_owned(),
-            ),
-        },
-        ("GET" | "HEAD", "/healthz") => ("200 OK", "text/plain; charset=utf-8", "ok\n".to_owned()),
-        ("GET" | "HEAD", "/readyz") => match health.readiness() {
-            Ok(()) => ("200 OK", "text/plain; charset=utf-8", "ready\n".to_owned()),
-            Err(why) => (
-                "503 Service Unavailable",
-                "text/plain; charset=utf-8",
-                format!("not ready: {why}\n"),
-            ),
-        },
-        ("GET" | "HEAD", _) => (
-            "404 Not Found",
-            "text/plain; charset=utf-8",
-            "not found: try /metrics, /healthz or /readyz\n".to_owned(),
-        ),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain; charset=utf-8",
-            "only GET\n".to_owned(),
-        ),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    if method != "HEAD" {
-        stream.write_all(body.as_bytes()).await?;
-    }
-    stream.shutdown().await
 }
