@@ -17,7 +17,7 @@ use crate::reserved::refuse_reserved_reply;
 /// acknowledged and nothing is sent. See `docs/request-reply.md`.
 ///
 /// ```
-/// use ruststream_nats::prelude::*;
+/// use ruststream::prelude::*;
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Lookup { id: u64 }
