@@ -97,7 +97,11 @@ impl Handle<Order> for Hooked {
     }
 }
 
-fn app(url: &str, jetstream: Hooked, core: Hooked, confirm: bool) -> impl App + use<> {
+/// The app: [`DURABLE`] on `orders.created`, `noted` on Core `notes.created`, and `threaded` on
+/// Core `notes.threaded`, whose handler runs on a thread of its own (`.threads(1)`): the hooks
+/// its handler registers on the copy of the delivery it owns there run after the original's
+/// settlement.
+fn app(url: &str, jetstream: Hooked, core: [Hooked; 2], confirm: bool) -> impl App + use<> {
     RustStream::new(AppInfo::new("hooks", "0.1.0")).with_broker(NatsBroker::new(url), move |b| {
         let r = b
             .include(
@@ -109,8 +113,12 @@ fn app(url: &str, jetstream: Hooked, core: Hooked, confirm: bool) -> impl App + 
         if confirm {
             r.confirm_acks();
         }
-        b.include(CoreSubject::new("notes.created").handler(core))
+        let [noted, threaded] = core;
+        b.include(CoreSubject::new("notes.created").handler(noted))
             .name("noted");
+        b.include(CoreSubject::new("notes.threaded").handler(threaded))
+            .name("threaded")
+            .threads(std::num::NonZeroUsize::MIN);
     })
 }
 
@@ -150,12 +158,7 @@ async fn in_process_jetstream(confirm: bool) {
     });
     let hooked = Hooked::new(Some(probe));
     let t = TestApp::start_on(
-        app(
-            "nats://unused:4222",
-            hooked.clone(),
-            Hooked::new(None),
-            confirm,
-        ),
+        app("nats://unused:4222", hooked.clone(), core_hooks(), confirm),
         nats.clone(),
     )
     .await
@@ -196,7 +199,7 @@ async fn live_jetstream(confirm: bool) {
         Box::pin(async move { consumer_info(&js, STREAM, DURABLE).await.num_ack_pending })
     });
     let hooked = Hooked::new(Some(probe));
-    let running = app(&server.url(), hooked.clone(), Hooked::new(None), confirm)
+    let running = app(&server.url(), hooked.clone(), core_hooks(), confirm)
         .start(Env::new())
         .await
         .expect("the app starts");
@@ -233,22 +236,33 @@ async fn live_hooks_run_after_a_flushed_ack_only() {
 
 /// Core: nothing is sent to the server; the hooks run after an `ack()` outcome, not after
 /// `drop()` or `retry()`.
-fn assert_core_hooks(core: &Hooked, logs: &Logs) {
-    assert_eq!(core.ids(), [1, PANICS, 5], "{:#?}", core.ran());
-    assert_eq!(
-        logs.lines_with(&["ERROR", "after-ack hook panicked", "noted"])
-            .len(),
-        1,
-        "{}",
-        logs.text()
-    );
+fn assert_core_hooks(core: &[Hooked; 2], logs: &Logs) {
+    for (hooked, registration) in core.iter().zip(["noted", "threaded"]) {
+        assert_eq!(
+            hooked.ids(),
+            [1, PANICS, 5],
+            "{registration}: {:#?}",
+            hooked.ran()
+        );
+        let panicked = logs.lines_with(&[
+            "ERROR",
+            "after-ack hook panicked",
+            &format!("registration={registration} "),
+        ]);
+        assert_eq!(panicked.len(), 1, "{registration}: {}", logs.text());
+    }
+}
+
+/// The two Core registrations of [`app`], each with a hook on every delivery.
+fn core_hooks() -> [Hooked; 2] {
+    [Hooked::new(None), Hooked::new(None)]
 }
 
 #[tokio::test(start_paused = true)]
 async fn in_process_core_hooks_run_after_an_ack_outcome() {
     let logs = Logs::default();
     let _guard = logs.install();
-    let core = Hooked::new(None);
+    let core = core_hooks();
     let t = TestApp::start(app(
         "nats://unused:4222",
         Hooked::new(None),
@@ -258,11 +272,26 @@ async fn in_process_core_hooks_run_after_an_ack_outcome() {
     .await
     .expect("the app starts");
     for id in 1..=5 {
-        t.publish("notes.created", &serde_json::json!({ "id": id }))
-            .await
-            .expect("published");
+        for subject in ["notes.created", "notes.threaded"] {
+            t.publish(subject, &serde_json::json!({ "id": id }))
+                .await
+                .expect("published");
+        }
     }
-    t.settle().await;
+    // The threaded registration's handler runs on a thread of its own, outside the paused
+    // clock: waited for on the wall clock.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while core.iter().any(|hooked| !hooked.ids().contains(&5)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hooks of order 5: {core:#?}",
+            core = core.iter().map(Hooked::ran).collect::<Vec<_>>()
+        );
+        t.settle().await;
+        tokio::task::spawn_blocking(|| std::thread::sleep(std::time::Duration::from_millis(5)))
+            .await
+            .expect("slept");
+    }
     assert_core_hooks(&core, &logs);
     t.shutdown().await.expect("a clean stop");
 }
@@ -272,21 +301,23 @@ async fn live_core_hooks_run_after_an_ack_outcome() {
     let logs = Logs::default();
     let _guard = logs.install();
     let (server, client, _js) = jetstream_server().await;
-    let core = Hooked::new(None);
+    let core = core_hooks();
     let running = app(&server.url(), Hooked::new(None), core.clone(), false)
         .start(Env::new())
         .await
         .expect("the app starts");
     for id in 1..=5 {
         publish_core(&client, "notes.created", &[], order(id)).await;
+        publish_core(&client, "notes.threaded", &[], order(id)).await;
     }
     // Handled in order, one at a time: once order 5's hook ran, every earlier one had its turn.
-    let done = core.clone();
-    eventually(PATIENCE, "the hook of order 5", || {
-        let ids = done.ids();
-        async move { ids.contains(&5).then_some(()) }
-    })
-    .await;
+    for hooked in &core {
+        eventually(PATIENCE, "the hook of order 5", || {
+            let ids = hooked.ids();
+            async move { ids.contains(&5).then_some(()) }
+        })
+        .await;
+    }
     assert_core_hooks(&core, &logs);
     running.stop().await.expect("a clean stop");
 }

@@ -3,7 +3,7 @@
 //! `.confirm_acks()`), and never when the delivery was retried, dropped or dead-lettered.
 //!
 //! The hooks live with the delivery (shared with the copy a call on `.threads(n)` owns), so
-//! every way a handler is called (in place, behind middleware, on threads, in a batch) hands
+//! every way a single handler is called (in place, behind middleware, on threads) hands
 //! them to the settlement without carrying them through its return value.
 //!
 //! [`Context::after_ack`]: crate::Context::after_ack
