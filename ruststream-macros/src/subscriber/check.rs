@@ -252,7 +252,7 @@ fn check_returns_an_outcome(span: Span, reply: bool, _batch: bool, errors: &mut 
     errors.push(error_at(
         span,
         if reply {
-            "a `reply` subscriber returns what it publishes: add `-> Result<T, HandlerOutcome>` (or `-> Result<T, E>` with `E: std::error::Error`) with `T: Outgoing`"
+            "a `reply` subscriber returns what it publishes: add `-> Result<T, HandlerOutcome>` (or `-> Result<T, E>` with `E: std::error::Error`) with `T: Outgoing`, or `T` = `Response<R>` to answer the requester only"
         } else {
             "a batch subscriber returns how its messages are settled: add `-> HandlerOutcome` (one for the batch) or `-> Vec<HandlerOutcome>` (one per message)"
         },
@@ -274,7 +274,7 @@ fn check_reply_return<'a>(output: &'a Output, errors: &mut Errors) -> Option<Ret
         Output::Result { ok, .. } if is_unit(ok) => {
             errors.push(error_at_tokens(
                 ok,
-                "`reply` publishes the value in `Ok`, and `()` is nothing to publish: return `Result<T, HandlerOutcome>` with `T: Outgoing`, or remove `reply`",
+                "`reply` publishes the value in `Ok`, and `()` is nothing to publish: return `Result<T, HandlerOutcome>` with `T: Outgoing` (or `Response<T>`, which answers the requester only), or remove `reply`",
             ));
             None
         }
@@ -289,7 +289,7 @@ fn check_reply_return<'a>(output: &'a Output, errors: &mut Errors) -> Option<Ret
             errors.push(error_at_tokens(
                 ty,
                 format!(
-                    "`reply` publishes the value a handler returns in `Ok`, and {why}: return `Result<T, HandlerOutcome>` with `T: Outgoing`, or remove `reply`"
+                    "`reply` publishes the value a handler returns in `Ok`, and {why}: return `Result<T, HandlerOutcome>` with `T: Outgoing` (or `Response<T>`, which answers the requester only), or remove `reply`"
                 ),
             ));
             None
