@@ -2,7 +2,7 @@
 //! the requester's inbox and to its `#[outgoing]` subject), and a typed request on the calling
 //! side returns the decoded response, "no responders" at once, or a timeout. Live against a
 //! real nats-server (the requester a raw async-nats client, and the app's own `NatsClient`),
-//! and in process through `TestApp`.
+//! and in process through `TestApp`. A `Response<T>` answers the requester only.
 
 mod support;
 
@@ -54,6 +54,13 @@ async fn quadruple(n: &Number, ctx: &mut Context<'_>) -> Result<Quadrupled, Hand
     })
 }
 
+/// Answers the requester only: `Doubled` is an `#[outgoing]` type, and nothing goes to
+/// `math.doubled`.
+#[subscriber("math.double_quietly", reply)]
+async fn double_quietly(n: &Number) -> Result<Response<Doubled>, HandlerOutcome> {
+    Ok(Response(Doubled { value: n.value * 2 }))
+}
+
 /// Listens and never answers.
 #[subscriber("math.silent")]
 async fn silent(_n: &Number) -> HandlerOutcome {
@@ -64,6 +71,7 @@ fn mount(b: &mut ruststream::Scope<()>) {
     b.include(double);
     b.include(quadruple);
     b.include(silent);
+    b.include(double_quietly);
 }
 
 #[tokio::test]
@@ -328,4 +336,117 @@ async fn headers_nats_cannot_carry_fail_naming_the_output_not_the_inbox() {
         .expect("published");
     let first = responses.next().await.expect("the probe");
     assert_eq!(&first.payload[..], b"probe");
+}
+
+/// A `Response<T>` answers the requester (with its correlation id and content type) and publishes
+/// nothing to `T`'s `#[outgoing]` subject: a sentinel published there afterwards is the first
+/// message a raw subscriber gets.
+#[tokio::test]
+async fn a_response_answers_the_requester_and_publishes_no_event() {
+    let (server, client) = live_server().await;
+    let running = start_on(&server, mount).await;
+    let events = Recorder::start(&client, ["math.doubled"]).await;
+
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(CORRELATION_ID_HEADER, "req-9");
+    let response = client
+        .request_with_headers("math.double_quietly", headers, r#"{"value":21}"#.into())
+        .await
+        .expect("the handler answers");
+    assert_eq!(&response.payload[..], br#"{"value":42}"#);
+    let header = |name: &str| {
+        response
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_owned())
+    };
+    assert_eq!(header(CORRELATION_ID_HEADER).as_deref(), Some("req-9"));
+    assert_eq!(header("content-type").as_deref(), Some("application/json"));
+    // A plain publish (no inbox) is handled and answered to nobody.
+    client
+        .publish("math.double_quietly", r#"{"value":5}"#.into())
+        .await
+        .expect("published");
+    // Handled in order: once this request is answered, the plain publish was handled too.
+    let response = client
+        .request("math.double_quietly", r#"{"value":1}"#.into())
+        .await
+        .expect("the handler answers");
+    assert_eq!(&response.payload[..], br#"{"value":2}"#);
+
+    client
+        .publish("math.doubled", "sentinel".into())
+        .await
+        .expect("published");
+    let seen = events.until(1).await;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(&seen[0].payload[..], b"sentinel");
+    running.stop().await.expect("a clean stop");
+}
+
+/// [`a_response_answers_the_requester_and_publishes_no_event`] in process.
+#[tokio::test(start_paused = true)]
+async fn test_app_a_response_answers_the_requester_and_publishes_no_event() {
+    let t = TestApp::start(app()).await.expect("the app starts");
+    let doubled: Doubled = t
+        .request(
+            "math.double_quietly",
+            &Number { value: 21 },
+            Duration::from_secs(1),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(doubled, Doubled { value: 42 });
+    t.publish("math.double_quietly", &Number { value: 5 })
+        .await
+        .expect("published");
+    t.settle().await;
+    assert_eq!(
+        t.outcomes("double_quietly"),
+        [HandlerOutcome::ack(), HandlerOutcome::ack()]
+    );
+    t.publish("math.doubled", &Doubled { value: -1 })
+        .await
+        .expect("published");
+    t.settle().await;
+    assert_eq!(
+        t.published::<Doubled>("math.doubled"),
+        [Doubled { value: -1 }],
+        "only the sentinel"
+    );
+    t.shutdown().await.expect("a clean stop");
+
+    // The AsyncAPI document: a reply on the requester's inbox, named by the value's type, and
+    // no operation sending to `math.doubled` for this handler.
+    let doc = ruststream::asyncapi::document(&app());
+    let operations = doc["operations"].as_object().expect("operations");
+    let of_handler: Vec<&serde_json::Value> = operations
+        .values()
+        .filter(|o| {
+            o["action"] == "receive"
+                && o["summary"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("`double_quietly`"))
+        })
+        .collect();
+    assert_eq!(of_handler.len(), 1, "{of_handler:#?}");
+    let reply = &of_handler[0]["reply"];
+    assert!(reply.is_object(), "{:#}", of_handler[0]);
+    let message = &doc["channels"]["double_quietly.reply"]["messages"]["double_quietly.out"];
+    assert_eq!(message["title"], "Doubled", "{:#}", doc["channels"]);
+    let sends: Vec<&String> = operations
+        .iter()
+        .filter(|(_, o)| {
+            o["action"] == "send"
+                && o["summary"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("`double_quietly`"))
+        })
+        .map(|(id, _)| id)
+        .collect();
+    assert!(
+        sends.is_empty(),
+        "nothing sends to `math.doubled`: {sends:?}"
+    );
 }

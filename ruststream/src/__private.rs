@@ -240,29 +240,7 @@ pub async fn reply<R: Outgoing>(
 ) -> Result<(), HandlerOutcome> {
     let _ = outs;
     let value = ret?;
-    let failed = |err: &crate::PublishError, to: &str| {
-        if err.kind().is_permanent() {
-            // Said with the settlement, which does not retry it.
-            return HandlerOutcome::retry();
-        }
-        // A stream that stays full refuses every attempt: at most one line a second.
-        let suppressed = if err.kind() == crate::PublishErrorKind::NotStored {
-            crate::unconfirmed::log_now()
-        } else {
-            Some(0)
-        };
-        if let Some(suppressed) = suppressed {
-            tracing::error!(
-                registration = ctx.registration(),
-                subject = ctx.subject(),
-                reply_to = to,
-                %err,
-                suppressed,
-                "the reply was not published; the delivery is not acknowledged and comes back as a retry"
-            );
-        }
-        HandlerOutcome::retry()
-    };
+    let failed = |err: &crate::PublishError, to: &str| reply_failed(ctx, err, to);
     let subject = crate::context::outgoing_subject(&value)
         .map_err(|err| failed(&ctx.output_failed(err), R::SUBJECT))?;
     // In the type's codec or the registration's format, with its `content-type`; for a Core request, the same
@@ -298,6 +276,36 @@ impl OutgoingCodec for crate::codec::Format {
     fn format(self) -> crate::codec::Format {
         self
     }
+}
+
+/// What a reply whose publish to `to` failed with `err` settles as: a `retry()`, logged (at
+/// most one line a second while a stream keeps refusing); one that fails for good is said with
+/// the settlement, which does not retry it.
+pub(crate) fn reply_failed(
+    ctx: &Context<'_>,
+    err: &crate::PublishError,
+    to: &str,
+) -> HandlerOutcome {
+    if err.kind().is_permanent() {
+        return HandlerOutcome::retry();
+    }
+    // A stream that stays full refuses every attempt: at most one line a second.
+    let suppressed = if err.kind() == crate::PublishErrorKind::NotStored {
+        crate::unconfirmed::log_now()
+    } else {
+        Some(0)
+    };
+    if let Some(suppressed) = suppressed {
+        tracing::error!(
+            registration = ctx.registration(),
+            subject = ctx.subject(),
+            reply_to = to,
+            %err,
+            suppressed,
+            "the reply was not published; the delivery is not acknowledged and comes back as a retry"
+        );
+    }
+    HandlerOutcome::retry()
 }
 
 /// Fills the placeholders of a subject template (`orders.{tenant}.placed`) with `values`, in

@@ -359,8 +359,9 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
             }),
         );
     }
-    // A Core registration that publishes answers requests with the same value.
-    if !jetstream && !r.publishes.is_empty() {
+    // A Core registration that publishes answers requests with the same value; one returning
+    // `Response<T>` answers them and publishes nothing.
+    if !jetstream && (r.answers_requests || !r.publishes.is_empty()) {
         let reply_id = format!("{}.reply", r.name);
         let out = message(
             &format!("{}.out", r.name),

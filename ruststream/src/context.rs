@@ -208,6 +208,26 @@ impl<'a> Context<'a> {
         self.delivery.is_last_attempt()
     }
 
+    /// Runs `hook` once this delivery's `+ACK` reached the server: confirmed by the server
+    /// with `.confirm_acks()`, else written and flushed to it. Never when the delivery is
+    /// retried, dropped or dead-lettered. A panicking hook is logged and contained. On Core it
+    /// runs after an `ack()` outcome. See `docs/acknowledgement.md`.
+    ///
+    /// ```
+    /// use ruststream::prelude::*;
+    ///
+    /// #[subscriber("orders.paid")]
+    /// async fn paid(order: &u64, ctx: &mut Context<'_>) -> HandlerOutcome {
+    ///     let order = *order;
+    ///     ctx.after_ack(async move { tracing::info!(order, "acknowledged") });
+    ///     HandlerOutcome::ack()
+    /// }
+    /// # let _ = paid;
+    /// ```
+    pub fn after_ack(&self, hook: impl Future<Output = ()> + Send + 'static) {
+        self.delivery.push_after_ack(Box::pin(hook));
+    }
+
     /// The name of the registration handling this delivery.
     pub fn registration(&self) -> &str {
         self.registration

@@ -161,6 +161,8 @@ struct Parts {
     /// The registration's cap, as the broker handed the delivery over.
     max_attempts: Option<NonZeroU32>,
     extensions: Extensions,
+    /// What its handler registered with `Context::after_ack`.
+    after_ack: crate::after_ack::Slot,
 }
 
 impl Delivery {
@@ -177,6 +179,7 @@ impl Delivery {
             attempt: p.attempt,
             max_attempts: p.max_attempts,
             extensions: p.extensions.clone(),
+            after_ack: p.after_ack.duplicate(),
         }))
     }
 
@@ -194,6 +197,7 @@ impl Delivery {
             attempt: NonZeroU32::MIN,
             max_attempts: None,
             extensions: Extensions::default(),
+            after_ack: crate::after_ack::Slot::default(),
         }))
     }
 
@@ -312,6 +316,21 @@ impl Delivery {
     pub fn extension<T: Send + Sync + 'static>(&self) -> Option<&T> {
         self.0.extensions.get()
     }
+
+    /// Keeps `hook` to run once the delivery is acknowledged ([`crate::Context::after_ack`]).
+    pub(crate) fn push_after_ack(
+        &self,
+        hook: std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'static>>,
+    ) {
+        self.0.after_ack.push(hook);
+    }
+
+    /// The hooks its handler registered with [`Context::after_ack`](crate::Context::after_ack),
+    /// taken: a broker runs them once the delivery's acknowledgement reached the server, and
+    /// drops them when the delivery was settled any other way.
+    pub fn take_after_ack(&self) -> crate::AfterAck {
+        self.0.after_ack.take()
+    }
 }
 
 impl fmt::Debug for Delivery {
@@ -325,6 +344,7 @@ impl fmt::Debug for Delivery {
             attempt,
             max_attempts,
             extensions,
+            after_ack,
         } = &*self.0;
         f.debug_struct("Delivery")
             .field("subject", subject)
@@ -335,6 +355,7 @@ impl fmt::Debug for Delivery {
             .field("attempt", attempt)
             .field("max_attempts", max_attempts)
             .field("extensions", extensions)
+            .field("after_ack", after_ack)
             .finish()
     }
 }

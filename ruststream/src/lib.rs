@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod after_ack;
 pub mod app;
 pub mod asyncapi;
 pub mod broker;
@@ -25,11 +26,13 @@ mod panic;
 mod publish;
 pub mod registration;
 mod reserved;
+mod response;
 mod router;
 pub mod settle;
 pub mod telemetry;
 mod unconfirmed;
 
+pub use after_ack::AfterAck;
 pub use app::{App, AppInfo, Handling, Observer, RunningApp, RustStream, Scope};
 pub use broker::{Broker, Env, RunningBroker};
 pub use context::Context;
@@ -49,6 +52,7 @@ pub use registration::{
     Descriptor, Endpoint, Mount, Registration, WithDeliveryHandler, WithHandler,
 };
 pub use reserved::{RESERVED_PREFIXES, reserved_prefix};
+pub use response::Response;
 pub use router::Router;
 
 pub use ruststream_macros::{FromRef, Outgoing, app, nonzero, subscriber};
@@ -59,7 +63,7 @@ pub mod prelude {
     pub use crate::{
         App, AppInfo, Attempt, BatchContext, BatchOutcome, Context, Ctx, Delivered, FromRef,
         Handle, HandleBatch, HandlerOutcome, LastAttempt, NonZeroDuration, Outgoing, Publisher,
-        RustStream, State, Subject, nonzero, subscriber,
+        Response, RustStream, State, Subject, nonzero, subscriber,
     };
     // `publish_raw` and `TestApp::publish_raw` take headers.
     pub use crate::Headers;

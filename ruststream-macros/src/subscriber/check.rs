@@ -255,7 +255,7 @@ fn check_returns_an_outcome(span: Span, reply: bool, batch: bool, errors: &mut E
         span,
         match (reply, batch) {
             (true, false) => {
-                "a `reply` subscriber returns what it publishes: add `-> Result<T, HandlerOutcome>` (or `-> Result<T, E>` with `E: std::error::Error`) with `T: Outgoing`"
+                "a `reply` subscriber returns what it publishes: add `-> Result<T, HandlerOutcome>` (or `-> Result<T, E>` with `E: std::error::Error`) with `T: Outgoing`, or `T` = `Response<R>` to answer the requester only"
             }
             (true, true) => {
                 "a batch `reply` subscriber returns what it publishes for each message: add `-> Vec<Result<T, HandlerOutcome>>` with `T: Outgoing`, one per message"
@@ -302,7 +302,7 @@ fn check_reply_return<'a>(output: &'a Output, errors: &mut Errors) -> Option<Ret
         Output::Result { ok, .. } if is_unit(ok) => {
             errors.push(error_at_tokens(
                 ok,
-                "`reply` publishes the value in `Ok`, and `()` is nothing to publish: return `Result<T, HandlerOutcome>` with `T: Outgoing`, or remove `reply`",
+                "`reply` publishes the value in `Ok`, and `()` is nothing to publish: return `Result<T, HandlerOutcome>` with `T: Outgoing` (or `Response<T>`, which answers the requester only), or remove `reply`",
             ));
             None
         }
@@ -317,7 +317,7 @@ fn check_reply_return<'a>(output: &'a Output, errors: &mut Errors) -> Option<Ret
             errors.push(error_at_tokens(
                 ty,
                 format!(
-                    "`reply` publishes the value a handler returns in `Ok`, and {why}: return `Result<T, HandlerOutcome>` with `T: Outgoing`, or remove `reply`"
+                    "`reply` publishes the value a handler returns in `Ok`, and {why}: return `Result<T, HandlerOutcome>` with `T: Outgoing` (or `Response<T>`, which answers the requester only), or remove `reply`"
                 ),
             ));
             None

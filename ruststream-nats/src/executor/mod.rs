@@ -224,6 +224,20 @@ impl Executor {
         }
     }
 
+    /// The registration's name.
+    pub(crate) fn registration(&self) -> &str {
+        &self.registration
+    }
+
+    /// Resolves once an `+ACK` sent without confirmation was read by the server (a flush round
+    /// trip), before after-ack hooks run; with `.confirm_acks()` the server already answered.
+    pub(crate) async fn ack_flushed(&self) -> Result<(), TransportError> {
+        if self.confirm {
+            return Ok(());
+        }
+        self.transport.flush().await
+    }
+
     /// Tells the server the delivery is still being worked on (`+WPI`: its `ack_wait` starts
     /// again). A failure is logged at debug: the next one, or the settlement, follows.
     pub(crate) async fn in_progress(&self, incoming: &Incoming) {

@@ -343,4 +343,48 @@ pub(super) async fn settle(
         let done = sent.is_some_and(ruststream::settle::AckKind::is_final);
         progress.settled(info.stream_sequence, info.delivered, done);
     }
+    let hooks = incoming.delivery.take_after_ack();
+    if !hooks.is_empty() {
+        Box::pin(after_ack(executor, incoming, decision, sent, hooks)).await;
+    }
+}
+
+/// Runs the after-ack hooks of `incoming` when it was acknowledged: on JetStream once its
+/// `+ACK` reached the server (`sent`; confirmed with `.confirm_acks()`, else flushed), on Core
+/// once its handler answered `ack()` (nothing goes to the server). Otherwise they are dropped.
+async fn after_ack(
+    executor: &Executor,
+    incoming: &Incoming,
+    decision: &Decision,
+    sent: Option<ruststream::settle::AckKind>,
+    hooks: ruststream::AfterAck,
+) {
+    use ruststream::settle::{AckKind, Settle};
+    let subject = incoming.delivery.subject();
+    let acked = match decision.settle {
+        Settle::Unsupported(AckKind::Ack) => !decision.dead_letter && decision.copy.is_none(),
+        _ => sent == Some(AckKind::Ack),
+    };
+    if !acked {
+        tracing::debug!(
+            registration = executor.registration(),
+            subject,
+            hooks = hooks.len(),
+            "the delivery was not acknowledged: its after-ack hooks do not run"
+        );
+        return;
+    }
+    if decision.settle == Settle::Send(AckKind::Ack)
+        && let Err(err) = executor.ack_flushed().await
+    {
+        tracing::warn!(
+            registration = executor.registration(),
+            subject,
+            hooks = hooks.len(),
+            %err,
+            "the acknowledgement was not flushed to the server: its after-ack hooks do not run (the message comes again after ack_wait)"
+        );
+        return;
+    }
+    hooks.run(executor.registration(), subject).await;
 }
