@@ -696,3 +696,63 @@ async fn a_stop_hands_the_batch_being_formed_over_at_once_live() {
         "both answered, in one batch"
     );
 }
+
+/// A batch of questions answered to each requester only: nothing goes to `math.doubled`.
+#[subscriber(
+    CoreSubject::new("math.quiet")
+        .batch(nonzero!(3))
+        .max_wait(LINGER),
+    reply
+)]
+async fn double_quietly(numbers: &[Number]) -> Vec<Result<Response<Doubled>, HandlerOutcome>> {
+    doubled(numbers)
+        .into_iter()
+        .map(|r| r.map(Response))
+        .collect()
+}
+
+fn quiet_math(broker: NatsBroker) -> impl ruststream::App<State = ()> {
+    RustStream::new(AppInfo::new("math", "0.1.0")).with_broker(broker, |b| {
+        b.include(double_quietly);
+        b.include(ping);
+    })
+}
+
+/// Three requests fill a batch; each requester gets its own answer, and `math.doubled` gets
+/// nothing: the ping answered after them is the only thing on the wire after the answers.
+async fn a_batch_of_responses_answers_only_the_requesters(t: &TestApp) {
+    let ask = |value: i64| async move {
+        t.request::<_, Doubled>("math.quiet", &Number { value }, LINGER * 2)
+            .await
+    };
+    let answers = futures::future::join_all([1, 2, 3].map(ask)).await;
+    let answers: Vec<Doubled> = answers.into_iter().map(|a| a.expect("answered")).collect();
+    assert_eq!(answers, [2, 4, 6].map(|value| Doubled { value, batch: 3 }));
+    let pong: Pong = t
+        .request("math.ping", &Number { value: 9 }, PATIENCE)
+        .await
+        .expect("the ping is answered");
+    assert_eq!(pong, Pong { value: 9 });
+    t.settle().await;
+    assert_eq!(t.published::<Doubled>("math.doubled"), []);
+    assert_eq!(t.published::<Pong>("math.pong"), [Pong { value: 9 }]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_of_responses_answers_only_the_requesters_in_process() {
+    let t = TestApp::start(quiet_math(NatsBroker::new("nats://unused:4222")))
+        .await
+        .expect("the app starts");
+    a_batch_of_responses_answers_only_the_requesters(&t).await;
+    t.shutdown().await.expect("a clean shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_responses_answers_only_the_requesters_live() {
+    let server = NatsServer::start();
+    let t = TestApp::start_live(quiet_math(NatsBroker::new(server.url())), &server.url())
+        .await
+        .expect("the app starts on the server");
+    a_batch_of_responses_answers_only_the_requesters(&t).await;
+    t.shutdown().await.expect("a clean shutdown");
+}

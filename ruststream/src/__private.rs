@@ -443,7 +443,13 @@ pub trait ReplyFor<S>: Sized {
         replies: Vec<Result<Self, HandlerOutcome>>,
         outs: &'a Publisher<Self>,
         ctx: &'a BatchContext<'_>,
-    ) -> impl Future<Output = BatchOutcome> + Send + 'a;
+    ) -> impl Future<Output = BatchOutcome> + Send + 'a
+    where
+        Self: Send + Sync + 'a,
+        S: 'a,
+    {
+        reply_batch::<Self, S>(replies, outs, ctx)
+    }
 }
 
 impl<T: Outgoing + 'static, S> ReplyFor<S> for T {
@@ -453,14 +459,6 @@ impl<T: Outgoing + 'static, S> ReplyFor<S> for T {
         ctx: &'a Context<'_>,
     ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send + 'a {
         reply(ret, outs, ctx)
-    }
-
-    fn reply_batch<'a>(
-        replies: Vec<Result<Self, HandlerOutcome>>,
-        outs: &'a Publisher<Self>,
-        ctx: &'a BatchContext<'_>,
-    ) -> impl Future<Output = BatchOutcome> + Send + 'a {
-        reply_batch(replies, outs, ctx)
     }
 }
 

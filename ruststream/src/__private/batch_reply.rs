@@ -5,7 +5,8 @@
 use crate::context::Context;
 use crate::handler::{BatchContext, BatchOutcome, Publisher};
 use crate::outcome::HandlerOutcome;
-use crate::outgoing::Outgoing;
+
+use super::ReplyFor;
 
 /// What a batch `reply` handler may return: one `Result<T, HandlerOutcome>` per message.
 #[diagnostic::on_unimplemented(
@@ -30,11 +31,12 @@ pub fn into_batch_replies<R: IntoBatchReplies<T>, T>(ret: R) -> Vec<Result<T, Ha
 }
 
 /// Answers each message of the batch with its own result, every publish under way at once
-/// (a Core publish goes out in the order of the batch): `Ok(value)` is published as
-/// [`reply`](super::reply) publishes a single handler's value, then acknowledged; `Err(outcome)`
+/// (a Core publish goes out in the order of the batch): `Ok(value)` is answered as a single
+/// handler's value is ([`ReplyFor::reply`]: an `#[outgoing]` value published, a
+/// [`Response`](crate::Response) sent to the inbox only), then acknowledged; `Err(outcome)`
 /// settles the message with `outcome`. A length that does not match the batch publishes
 /// nothing, and the settlement reports it.
-pub async fn reply_batch<R: Outgoing>(
+pub async fn reply_batch<R: ReplyFor<S> + Send + Sync, S>(
     replies: Vec<Result<R, HandlerOutcome>>,
     outs: &Publisher<R>,
     ctx: &BatchContext<'_>,
@@ -50,7 +52,7 @@ pub async fn reply_batch<R: Outgoing>(
         .into_iter()
         .zip(&contexts)
         .map(|(ret, ctx)| async move {
-            let answered = super::reply(ret, outs, ctx).await;
+            let answered = R::reply(ret, outs, ctx).await;
             settled(answered, ctx)
         });
     BatchOutcome::Each(futures::future::join_all(answers).await)
