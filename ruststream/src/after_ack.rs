@@ -90,20 +90,33 @@ impl AfterAck {
 
     /// Runs the hooks one after the other, in the order they were registered. A hook that
     /// panics is logged at error level, naming `registration` and `subject`; the ones after it
-    /// still run, and the delivery stays settled as it was.
+    /// still run, and the delivery stays settled as it was. A hook still running after
+    /// [`AfterAck::LIMIT`] is stopped with a warning: it holds the registration's concurrency
+    /// slot, so one that never finishes would stall the registration.
     pub async fn run(self, registration: &str, subject: &str) {
         for (index, hook) in self.hooks.into_iter().enumerate() {
-            if let Err(Handled::Panicked(panic)) = guard_async(hook).await {
-                tracing::error!(
+            match tokio::time::timeout(Self::LIMIT, guard_async(hook)).await {
+                Ok(Err(Handled::Panicked(panic))) => tracing::error!(
                     registration,
                     subject,
                     hook = index,
                     %panic,
                     "an after-ack hook panicked; the delivery stays acknowledged and the other hooks run"
-                );
+                ),
+                Err(_) => tracing::warn!(
+                    registration,
+                    subject,
+                    hook = index,
+                    limit = ?Self::LIMIT,
+                    "an after-ack hook ran past its time limit and was stopped; the delivery stays acknowledged and the other hooks run"
+                ),
+                Ok(_) => {}
             }
         }
     }
+
+    /// How long one hook may run.
+    pub const LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 }
 
 impl fmt::Debug for AfterAck {
@@ -118,8 +131,8 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn hooks_run_in_order_and_a_panicking_one_does_not_stop_the_others() {
+    #[tokio::test]
+    async fn hooks_run_in_order_and_a_panicking_one_does_not_stop_the_others() {
         let slot = Slot::default();
         let ran = Arc::new(AtomicUsize::new(0));
         let first = Arc::clone(&ran);
@@ -133,9 +146,24 @@ mod tests {
         }));
         let hooks = slot.take();
         assert_eq!(hooks.len(), 3);
-        futures::executor::block_on(hooks.run("orders", "orders.created"));
+        hooks.run("orders", "orders.created").await;
         assert_eq!(ran.load(Ordering::SeqCst), 2);
         assert!(slot.take().is_empty(), "taken once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hook_that_never_finishes_is_stopped_at_the_limit_and_the_next_one_runs() {
+        let slot = Slot::default();
+        slot.push(Box::pin(std::future::pending::<()>()));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let second = Arc::clone(&ran);
+        slot.push(Box::pin(async move {
+            second.fetch_add(1, Ordering::SeqCst);
+        }));
+        let started = tokio::time::Instant::now();
+        slot.take().run("orders", "orders.created").await;
+        assert_eq!(started.elapsed(), AfterAck::LIMIT);
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
     }
 
     #[test]

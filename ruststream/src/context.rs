@@ -209,7 +209,7 @@ impl<'a> Context<'a> {
     }
 
     /// Runs `hook` once this delivery's `+ACK` reached the server: confirmed by the server
-    /// with `.confirm_acks()`, else written and flushed to it. Never when the delivery is
+    /// with `.confirm_acks()`, else flushed to the connection. Never when the delivery is
     /// retried, dropped or dead-lettered. A panicking hook is logged and contained. On Core it
     /// runs after an `ack()` outcome. See `docs/acknowledgement.md`.
     ///

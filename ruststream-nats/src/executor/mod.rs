@@ -229,8 +229,9 @@ impl Executor {
         &self.registration
     }
 
-    /// Resolves once an `+ACK` sent without confirmation was read by the server (a flush round
-    /// trip), before after-ack hooks run; with `.confirm_acks()` the server already answered.
+    /// Resolves once an `+ACK` sent without confirmation was flushed to the socket, before
+    /// after-ack hooks run (the server does not answer it); with `.confirm_acks()` the server
+    /// already answered.
     pub(crate) async fn ack_flushed(&self) -> Result<(), TransportError> {
         if self.confirm {
             return Ok(());

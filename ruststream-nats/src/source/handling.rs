@@ -63,11 +63,16 @@ impl Source {
                 } else {
                     telemetry::observed(&span, &executor.metrics, 1, dispatch).await
                 };
-                span.around(settle(&executor, &progress, incoming, &handled, &decision))
+                let sent = span
+                    .around(settle_only(
+                        &executor, &progress, incoming, &handled, &decision,
+                    ))
                     .await;
                 if let (Some(guard), Some((key, revision))) = (&idempotency, claim) {
                     Box::pin(span.around(guard.settled(key, revision, &decision))).await;
                 }
+                span.around(run_after_ack(&executor, incoming, &decision, sent))
+                    .await;
             }
         }
     }
@@ -315,9 +320,7 @@ pub(super) async fn settle_panicked(
         .await;
 }
 
-/// Executes `decision` for `incoming`, unless a later delivery of the same message was already
-/// settled here; then tells `progress` whether the message is settled for good (a `+ACK` or
-/// `+TERM` reached the server) or still owed.
+/// [`settle_only`], then the delivery's after-ack hooks ([`run_after_ack`]).
 pub(super) async fn settle(
     executor: &Executor,
     progress: &Progress,
@@ -325,6 +328,20 @@ pub(super) async fn settle(
     handled: &Handled,
     decision: &Decision,
 ) {
+    let sent = settle_only(executor, progress, incoming, handled, decision).await;
+    run_after_ack(executor, incoming, decision, sent).await;
+}
+
+/// Executes `decision` for `incoming`, unless a later delivery of the same message was already
+/// settled here; then tells `progress` whether the message is settled for good (a `+ACK` or
+/// `+TERM` reached the server) or still owed. Returns what was sent, for [`run_after_ack`].
+pub(super) async fn settle_only(
+    executor: &Executor,
+    progress: &Progress,
+    incoming: &Incoming,
+    handled: &Handled,
+    decision: &Decision,
+) -> Option<ruststream::settle::AckKind> {
     let info = incoming.delivery.extension::<JetStreamInfo>();
     let sent = if let Some(info) = info
         && progress.superseded(info.stream_sequence, info.delivered)
@@ -343,6 +360,18 @@ pub(super) async fn settle(
         let done = sent.is_some_and(ruststream::settle::AckKind::is_final);
         progress.settled(info.stream_sequence, info.delivered, done);
     }
+    sent
+}
+
+/// Runs the after-ack hooks `incoming`'s handler registered, once it is settled (`sent`); a
+/// registration with an idempotency guard records the key as handled first, so a slow hook does
+/// not hold the key's claim.
+pub(super) async fn run_after_ack(
+    executor: &Executor,
+    incoming: &Incoming,
+    decision: &Decision,
+    sent: Option<ruststream::settle::AckKind>,
+) {
     let hooks = incoming.delivery.take_after_ack();
     if !hooks.is_empty() {
         Box::pin(after_ack(executor, incoming, decision, sent, hooks)).await;

@@ -39,7 +39,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::handling::{admit, settle, settle_panicked, with_progress};
+use super::handling::{admit, run_after_ack, settle_only, settle_panicked, with_progress};
 use super::{Progress, Source, StopSignal};
 use crate::executor::{Executor, Incoming};
 use crate::publish::NatsPublisher;
@@ -325,17 +325,20 @@ impl Shared {
                 executor.in_progress(&incoming).await;
                 continue;
             }
-            span.around(settle(
-                executor,
-                &self.progress,
-                &incoming,
-                &handled,
-                &decision,
-            ))
-            .await;
+            let sent = span
+                .around(settle_only(
+                    executor,
+                    &self.progress,
+                    &incoming,
+                    &handled,
+                    &decision,
+                ))
+                .await;
             if let (Some(guard), Some((key, revision))) = (&self.idempotency, claim) {
                 span.around(guard.settled(key, revision, &decision)).await;
             }
+            span.around(run_after_ack(executor, &incoming, &decision, sent))
+                .await;
             return;
         }
     }
@@ -389,6 +392,8 @@ fn next_attempt(incoming: Incoming) -> Incoming {
         ack_subject,
     } = incoming;
     let attempt = delivery.attempt().saturating_add(1);
+    // The attempt that asked for the retry registered its hooks for an ack that never came.
+    drop(delivery.take_after_ack());
     Incoming {
         delivery: delivery.with_attempt(attempt),
         ack_subject,
