@@ -73,11 +73,12 @@ impl Live {
         declared: &[String],
         recorder: Arc<Recorder>,
     ) -> Result<(Self, Arc<dyn Transport>), Error> {
+        let shown = crate::options::split_credentials(url).servers.join(",");
         let refused = |e: async_nats::ConnectError| {
             Error::new(
                 ErrorKind::Connect,
                 format!(
-                    "a live TestApp cannot connect to the nats-server at {url}: start one \
+                    "a live TestApp cannot connect to the nats-server at {shown}: start one \
                      (`ruststream_nats::testing::NatsServer::start()`, or `nats-server -js`) or fix the URL"
                 ),
             )
@@ -342,7 +343,8 @@ impl Live {
                 ));
             }
         }
-        for (name, subject) in &self.core {
+        // A stopped app no longer subscribes: what reached its subjects since is not its.
+        for (name, subject) in self.core.iter().filter(|_| running) {
             let carried = wire
                 .iter()
                 .filter(|m| delivery(m).is_none() && matches(subject, &m.subject))
@@ -476,9 +478,9 @@ impl Observer for Watch {
             _ => None,
         };
         if let Some(delay) = back
-            && let Some(info) = handling.delivery.reply().and_then(JetStreamInfo::parse)
+            && let Some(info) = handling.delivery.extension::<JetStreamInfo>()
         {
-            owed.push(Expected::Redelivery(info, now + delay));
+            owed.push(Expected::Redelivery(info.clone(), now + delay));
         }
         self.expected
             .lock()

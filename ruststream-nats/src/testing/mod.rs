@@ -444,11 +444,7 @@ impl TestApp {
             Backend::InProcess(nats) => nats,
             Backend::Live(live) => {
                 if let Err(pending) = live.settle(self.is_running(), self.patience).await {
-                    panic!(
-                        "TestApp::settle: the app did not settle on the nats-server within {:?}; \
-                         still pending:\n  {pending}",
-                        self.patience
-                    );
+                    panic!("{}", live_unsettled(self.patience, &pending));
                 }
                 return;
             }
@@ -633,9 +629,15 @@ impl TestApp {
             ));
         };
         let stopped = running.stop().await;
-        self.settle().await;
         if let Backend::Live(live) = &self.backend {
+            // The streams go even when something is still pending, before the panic says what.
+            let settled = live.settle(false, self.patience).await;
             live.clean_up().await;
+            if let Err(pending) = settled {
+                panic!("{}", live_unsettled(self.patience, &pending));
+            }
+        } else {
+            self.settle().await;
         }
         stopped
     }
@@ -676,4 +678,12 @@ async fn declare_streams(
         declare_merged(nats, spec).await?;
     }
     Ok(created)
+}
+
+/// The panic of a live settle that ran out of patience, listing what is still pending.
+fn live_unsettled(patience: Duration, pending: &str) -> String {
+    format!(
+        "TestApp::settle: the app did not settle on the nats-server within {patience:?}; \
+         still pending:\n  {pending}"
+    )
 }
