@@ -321,3 +321,89 @@ async fn live_core_hooks_run_after_an_ack_outcome() {
     assert_core_hooks(&core, &logs);
     running.stop().await.expect("a clean stop");
 }
+
+/// The durable of the registration whose retries run again in their lane.
+const LANED: &str = "laned";
+
+/// Retries the first attempt and acknowledges the second; each attempt registers a hook that
+/// records its attempt number.
+#[derive(Clone, Default)]
+struct InPlace(Arc<Mutex<Vec<u32>>>);
+
+impl InPlace {
+    fn ran(&self) -> Vec<u32> {
+        self.0.lock().expect("not poisoned").clone()
+    }
+}
+
+impl Handle<Order> for InPlace {
+    async fn handle(
+        &self,
+        _order: &Order,
+        _outs: &(),
+        ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        let attempt = ctx.attempt().get();
+        let ran = Arc::clone(&self.0);
+        ctx.after_ack(async move { ran.lock().expect("not poisoned").push(attempt) });
+        if attempt == 1 {
+            Err(HandlerOutcome::retry())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Lanes by order id: a retry runs the handler again on the same delivery, in its lane.
+fn laned(url: &str, handler: InPlace) -> impl App + use<> {
+    RustStream::new(AppInfo::new("hooks", "0.1.0")).with_broker(NatsBroker::new(url), move |b| {
+        b.include(
+            JetStreamSubject::new("orders.created", STREAM)
+                .durable(LANED)
+                .handler(handler),
+        )
+        .name(LANED)
+        .concurrency(std::num::NonZeroUsize::new(2).expect("two"))
+        .by_key(|order: &Order| order.id);
+    })
+}
+
+/// Only the acknowledged attempt's hook runs: the attempt that asked for the retry registered
+/// its hook for an acknowledgement that never came, and the server saw one `+ACK`, no `-NAK`.
+async fn a_retry_in_its_lane_drops_the_hooks_of_the_attempt_before(t: &TestApp, ran: &InPlace) {
+    t.publish("orders.created", &serde_json::json!({ "id": 1 }))
+        .await
+        .expect("published");
+    t.settle().await;
+    let hooks = ran.clone();
+    eventually(PATIENCE, "the acknowledged attempt's hook", || {
+        let ran = hooks.ran();
+        async move { (!ran.is_empty()).then_some(()) }
+    })
+    .await;
+    assert_eq!(ran.ran(), [2]);
+    let acks = t.acknowledgements(STREAM, LANED);
+    assert_eq!(acks.iter().filter(|a| *a == "+ACK").count(), 1, "{acks:?}");
+    assert!(!acks.iter().any(|a| a.starts_with("-NAK")), "{acks:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_process_a_retry_in_its_lane_drops_the_hooks_of_the_attempt_before() {
+    let ran = InPlace::default();
+    let t = TestApp::start(laned("nats://unused:4222", ran.clone()))
+        .await
+        .expect("the app starts");
+    a_retry_in_its_lane_drops_the_hooks_of_the_attempt_before(&t, &ran).await;
+    t.shutdown().await.expect("a clean stop");
+}
+
+#[tokio::test]
+async fn live_a_retry_in_its_lane_drops_the_hooks_of_the_attempt_before() {
+    let (server, _client, _js) = jetstream_server().await;
+    let ran = InPlace::default();
+    let t = TestApp::start_live(laned(&server.url(), ran.clone()), &server.url())
+        .await
+        .expect("the app starts on the server");
+    a_retry_in_its_lane_drops_the_hooks_of_the_attempt_before(&t, &ran).await;
+    t.shutdown().await.expect("a clean stop");
+}

@@ -214,15 +214,13 @@ impl<'a> Context<'a> {
     /// runs after an `ack()` outcome. See `docs/acknowledgement.md`.
     ///
     /// ```
-    /// use ruststream::prelude::*;
-    ///
+    /// # use ruststream::prelude::*;
     /// #[subscriber("orders.paid")]
     /// async fn paid(order: &u64, ctx: &mut Context<'_>) -> HandlerOutcome {
     ///     let order = *order;
     ///     ctx.after_ack(async move { tracing::info!(order, "acknowledged") });
     ///     HandlerOutcome::ack()
     /// }
-    /// # let _ = paid;
     /// ```
     pub fn after_ack(&self, hook: impl Future<Output = ()> + Send + 'static) {
         self.delivery.push_after_ack(Box::pin(hook));

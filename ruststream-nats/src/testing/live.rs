@@ -379,13 +379,21 @@ fn owed(
             Expected::Copy(due) if *due <= now => copies += 1,
             Expected::Copy(_) => {}
             Expected::Redelivery(info, due) if running && *due <= now => {
-                let again = deliveries.iter().any(|(_, d)| {
+                let same = |d: &JetStreamInfo| {
                     d.stream == info.stream
                         && d.consumer == info.consumer
                         && d.stream_sequence == info.stream_sequence
-                        && d.delivered > info.delivered
+                };
+                let again = deliveries
+                    .iter()
+                    .any(|(_, d)| same(d) && d.delivered > info.delivered);
+                // A retry in its lane runs again on the same delivery: its final settlement,
+                // not a new delivery, is what the wire then shows.
+                let settled = wire.iter().any(|m| {
+                    JetStreamInfo::parse(&m.subject).is_some_and(|d| same(&d))
+                        && (m.payload.starts_with(b"+ACK") || m.payload.starts_with(b"+TERM"))
                 });
-                if !again {
+                if !again && !settled {
                     pending.push(format!(
                         "stream {} sequence {} was sent back to consumer {} and is not delivered again yet",
                         info.stream, info.stream_sequence, info.consumer
