@@ -97,15 +97,15 @@ impl AfterAck {
         for (index, hook) in self.hooks.into_iter().enumerate() {
             match tokio::time::timeout(Self::LIMIT, guard_async(hook)).await {
                 Ok(Err(Handled::Panicked(panic))) => tracing::error!(
-                    registration,
-                    subject,
+                    registration = %registration,
+                    subject = %subject,
                     hook = index,
                     %panic,
                     "an after-ack hook panicked; the delivery stays acknowledged and the other hooks run"
                 ),
                 Err(_) => tracing::warn!(
-                    registration,
-                    subject,
+                    registration = %registration,
+                    subject = %subject,
                     hook = index,
                     limit = ?Self::LIMIT,
                     "an after-ack hook ran past its time limit and was stopped; the delivery stays acknowledged and the other hooks run"
