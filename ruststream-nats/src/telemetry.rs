@@ -178,16 +178,17 @@ impl Decided for (Handled, Decision) {
     }
 }
 
-/// An inline call's: the delivery back with its handling and decision.
+/// A dispatcher's: the delivery back with its handling and decision.
 impl Decided for (ruststream::Delivery, (Handled, Decision)) {
     fn each(&self) -> &[(Handled, Decision)] {
         std::slice::from_ref(&self.1)
     }
 }
 
-impl Decided for Vec<(Handled, Decision)> {
+/// A dispatcher's batch: the deliveries back with each one's handling and decision.
+impl Decided for (Vec<ruststream::Delivery>, Vec<(Handled, Decision)>) {
     fn each(&self) -> &[(Handled, Decision)] {
-        self
+        &self.1
     }
 }
 

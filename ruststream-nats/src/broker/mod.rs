@@ -441,18 +441,24 @@ impl Broker for NatsBroker {
                     }
                     None => None,
                 };
+                let handling = crate::source::Handling::new(
+                    &endpoint,
+                    &executor,
+                    &publisher,
+                    &progress,
+                    idempotency.as_ref(),
+                );
                 let source = Source {
+                    handling,
                     endpoint,
                     messages,
                     unsubscribe,
                     executor,
-                    publisher: Arc::clone(&publisher),
                     stop: signal.clone(),
                     reopen,
                     batch,
                     linger,
                     progress,
-                    idempotency,
                     ahead: None,
                     supervisor: supervisor.clone(),
                 };

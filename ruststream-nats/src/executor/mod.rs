@@ -241,8 +241,8 @@ impl Executor {
 
     /// Tells the server the delivery is still being worked on (`+WPI`: its `ack_wait` starts
     /// again). A failure is logged at debug: the next one, or the settlement, follows.
-    pub(crate) async fn in_progress(&self, incoming: &Incoming) {
-        let Some(ack_subject) = &incoming.ack_subject else {
+    pub(crate) async fn in_progress(&self, ack_subject: Option<&ReplySubject>) {
+        let Some(ack_subject) = ack_subject else {
             return;
         };
         if let Err(err) = self

@@ -1,173 +1,201 @@
-//! One unit's handling (a message, or a batch): the idempotency claim before the handler, the
-//! progress signals while it runs, and the settlement after, unless a later delivery of the
-//! same message was settled first.
+//! One unit's handling (a message, or a batch) in a handler slot: the idempotency claim before
+//! the handler, the registration's [`Dispatcher`] running it, the progress signals meanwhile,
+//! and the settlement after, unless a later delivery of the same message was settled first.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ruststream::__private::guard_user_code;
-use ruststream::registration::Handled;
-use ruststream::registration::InlineHandler;
+use ruststream::registration::{Dispatcher, Handled};
 use ruststream::settle::{Decision, DeliveryModel};
 use ruststream::{Delivery, Endpoint, Publish};
 use tokio::time::Instant;
 
-use super::{Progress, Source};
+use super::Progress;
 use crate::JetStreamInfo;
 use crate::executor::{Executor, Incoming};
 use crate::publish::NatsPublisher;
 use crate::telemetry;
+use crate::transport::ReplySubject;
 
-impl Source {
-    /// Runs the handler on `unit` and executes the decisions.
-    pub(super) fn handle(&self, unit: Unit) -> impl Future<Output = ()> + Send + 'static {
-        let endpoint = self.endpoint.clone();
-        let executor = Arc::clone(&self.executor);
-        let publisher = Arc::clone(&self.publisher);
-        let progress = Arc::clone(&self.progress);
-        let idempotency = self.idempotency.clone();
-        async move {
-            let unit = unit.as_slice();
-            // The batch path and the idempotency guard are boxed: their futures are the
-            // largest of this one's, and every message's handling future is moved whole (into
-            // the source's slot, and as it starts), so what only some registrations run is kept
-            // out of it. Both already cost more per message than an allocation.
-            if endpoint.is_batch() {
-                Box::pin(handle_batch(
-                    &endpoint, &executor, &publisher, &progress, unit,
-                ))
-                .await;
-                return;
-            }
-            for incoming in unit {
-                let claim = match &idempotency {
-                    Some(guard) => {
-                        match Box::pin(admit(guard, &endpoint, &executor, &progress, incoming))
-                            .await
-                        {
-                            Some(claim) => claim,
-                            None => continue,
-                        }
-                    }
-                    None => None,
-                };
-                let span = telemetry::delivery_span(&endpoint, &incoming.delivery);
-                let dispatch = endpoint.dispatch(&incoming.delivery, &*publisher);
-                // Without progress signals (Core, and JetStream without `progress_until`) the
-                // dispatch is awaited as it is: one layer less moving it.
-                let (handled, decision) = if progress_signals(&endpoint) {
-                    let one = std::slice::from_ref(incoming);
-                    let dispatch = with_progress(&endpoint, &executor, one, dispatch);
-                    telemetry::observed(&span, &executor.metrics, 1, dispatch).await
-                } else {
-                    telemetry::observed(&span, &executor.metrics, 1, dispatch).await
-                };
-                let sent = span
-                    .around(settle_only(
-                        &executor, &progress, incoming, &handled, &decision,
-                    ))
-                    .await;
-                if let (Some(guard), Some((key, revision))) = (&idempotency, claim) {
-                    Box::pin(span.around(guard.settled(key, revision, &decision))).await;
+/// What every unit's handling shares, made once per registration: what runs the handler, what
+/// executes its decisions, and the registration's idle [`Dispatcher`]s, one per handler slot.
+pub(crate) struct Handling {
+    pub(super) endpoint: Endpoint,
+    pub(super) executor: Arc<Executor>,
+    pub(super) progress: Arc<Progress>,
+    pub(super) idempotency: Option<Arc<crate::idempotency::Guard>>,
+    publisher: Arc<NatsPublisher>,
+    /// Dispatchers not in a handler slot now: a slot takes one and gives it back when its unit
+    /// is settled. A slot holds one only while it holds one of the source's permits, so there
+    /// are never more than the registration's concurrency.
+    idle: Mutex<Vec<Dispatcher>>,
+}
+
+impl Handling {
+    pub(crate) fn new(
+        endpoint: &Endpoint,
+        executor: &Arc<Executor>,
+        publisher: &Arc<NatsPublisher>,
+        progress: &Arc<Progress>,
+        idempotency: Option<&Arc<crate::idempotency::Guard>>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            endpoint: endpoint.clone(),
+            executor: Arc::clone(executor),
+            progress: Arc::clone(progress),
+            idempotency: idempotency.cloned(),
+            publisher: Arc::clone(publisher),
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A dispatcher for a handler slot: an idle one, or a new one (the first use of a slot, or
+    /// one lost to a panic outside the handler).
+    pub(super) fn dispatcher(&self) -> Dispatcher {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        idle.unwrap_or_else(|| {
+            let publisher: Arc<dyn Publish> = self.publisher.clone();
+            self.endpoint.dispatcher(publisher)
+        })
+    }
+
+    /// Gives `dispatcher` back once its slot's unit is settled.
+    pub(super) fn give_back(&self, dispatcher: Dispatcher) {
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(dispatcher);
+    }
+
+    /// Runs the handler on one delivery through `dispatcher`: the idempotency claim, the
+    /// progress signals while it runs, the settlement, the key recorded and the after-ack hooks.
+    pub(super) async fn one(&self, incoming: Incoming, dispatcher: &mut Dispatcher) {
+        // Boxed: the guard's future is large, and only idempotent registrations run it.
+        let claim = match &self.idempotency {
+            Some(guard) => {
+                let admitted = Box::pin(admit(
+                    guard,
+                    &self.endpoint,
+                    &self.executor,
+                    &self.progress,
+                    &incoming,
+                ));
+                match admitted.await {
+                    Some(claim) => claim,
+                    None => return,
                 }
-                span.around(run_after_ack(&executor, incoming, &decision, sent))
-                    .await;
             }
-        }
-    }
-}
-
-/// What [`Source::handle_inline`] shares with each delivery's handling: made once per run.
-pub(super) struct Inline {
-    endpoint: Endpoint,
-    executor: Arc<Executor>,
-    progress: Arc<Progress>,
-}
-
-impl Source {
-    /// The registration's handler called with its type known, when this source can hand it
-    /// one delivery at a time as it is (moved): at concurrency 1 ([`Source::run`] checks it),
-    /// one message per call, without the idempotency guard, progress signals or middleware.
-    pub(super) fn inline(&self) -> Option<(InlineHandler, Arc<Inline>)> {
-        if self.batch > 1 || self.idempotency.is_some() || progress_signals(&self.endpoint) {
-            return None;
-        }
-        let publisher: Arc<dyn Publish> = self.publisher.clone();
-        let handler = self.endpoint.inline_handler(publisher)?;
-        let shared = Inline {
-            endpoint: self.endpoint.clone(),
-            executor: Arc::clone(&self.executor),
-            progress: Arc::clone(&self.progress),
+            None => None,
         };
-        Some((handler, Arc::new(shared)))
-    }
-
-    /// [`handle`](Self::handle) for one message through `handler` (see
-    /// [`inline`](Self::inline)): the same span, metrics, dispatch and settlement. The delivery
-    /// is moved into the handler's call here, before the handling future is made, so that
-    /// future (moved into the source's slot, and into a task on stop) does not carry it; it
-    /// comes back with what the handler said, for the settlement. Resolves with `handler`, for
-    /// the next.
-    // Inlined into the source's loop: the future it makes is then built next to the slot it
-    // goes into, not returned through a copy of its own.
-    #[inline(always)]
-    pub(super) fn handle_inline(
-        &self,
-        shared: &Arc<Inline>,
-        mut handler: InlineHandler,
-        incoming: Incoming,
-    ) -> impl Future<Output = InlineHandler> + Send + 'static {
         let Incoming {
             delivery,
             ack_subject,
         } = incoming;
-        // Runs the user's tracing layers outside the handling's panic guard: it guards itself
+        // Runs the user's tracing layers outside the handler's panic guard: it guards itself
         // (a panic there leaves the delivery without a span, not unsettled).
         let span = telemetry::delivery_span(&self.endpoint, &delivery);
-        // `start_inline`'s contract: one call started, finished below before the next.
-        self.endpoint.start_inline(&mut handler, delivery);
-        let shared = Arc::clone(shared);
-        async move {
-            let Inline {
-                endpoint,
-                executor,
-                progress,
-            } = &*shared;
-            let dispatch = endpoint.finish_inline(&mut handler);
-            let (delivery, (handled, decision)) =
-                telemetry::observed(&span, &executor.metrics, 1, dispatch).await;
+        let metrics = &self.executor.metrics;
+        let (delivery, (handled, decision)) = if progress_signals(&self.endpoint) {
+            let acks = [ack_subject.clone()];
+            let dispatch = with_progress(
+                &self.endpoint,
+                &self.executor,
+                &acks,
+                dispatcher.one(delivery),
+            );
+            telemetry::observed(&span, metrics, 1, dispatch).await
+        } else {
+            telemetry::observed(&span, metrics, 1, dispatcher.one(delivery)).await
+        };
+        let incoming = Incoming {
+            delivery,
+            ack_subject,
+        };
+        let settling = settle_only(
+            &self.executor,
+            &self.progress,
+            &incoming,
+            &handled,
+            &decision,
+        );
+        let sent = if span.is_quiet() {
+            settling.await
+        } else {
+            span.around(settling).await
+        };
+        if let (Some(guard), Some((key, revision))) = (&self.idempotency, claim) {
+            Box::pin(span.around(guard.settled(key, revision, &decision))).await;
+        }
+        span.around(run_after_ack(&self.executor, &incoming, &decision, sent))
+            .await;
+    }
+
+    /// Runs a batch handler on `unit` through `dispatcher` and executes the decisions.
+    async fn batch(&self, unit: Vec<Incoming>, dispatcher: &mut Dispatcher) {
+        let (deliveries, acks): (Vec<Delivery>, Vec<_>) = unit
+            .into_iter()
+            .map(|incoming| (incoming.delivery, incoming.ack_subject))
+            .unzip();
+        let span = {
+            let refs: Vec<&Delivery> = deliveries.iter().collect();
+            telemetry::batch_span(&self.endpoint, &refs)
+        };
+        let count = deliveries.len();
+        let dispatch = with_progress(
+            &self.endpoint,
+            &self.executor,
+            &acks,
+            dispatcher.batch(deliveries),
+        );
+        let (deliveries, decided) =
+            telemetry::observed(&span, &self.executor.metrics, count, dispatch).await;
+        for ((delivery, ack_subject), (handled, decision)) in
+            deliveries.into_iter().zip(acks).zip(decided)
+        {
             let incoming = Incoming {
                 delivery,
                 ack_subject,
             };
-            let settling = settle(executor, progress, &incoming, &handled, &decision);
-            if span.is_quiet() {
-                settling.await;
-            } else {
-                span.around(settling).await;
-            }
-            handler
+            span.around(settle(
+                &self.executor,
+                &self.progress,
+                &incoming,
+                &handled,
+                &decision,
+            ))
+            .await;
         }
     }
 }
 
-/// Runs a batch handler on `unit` and executes the decisions.
-async fn handle_batch(
-    endpoint: &Endpoint,
-    executor: &Executor,
-    publisher: &NatsPublisher,
-    progress: &Progress,
-    unit: &[Incoming],
-) {
-    let deliveries: Vec<&Delivery> = unit.iter().map(|i| &i.delivery).collect();
-    let dispatch = endpoint.dispatch_batch(&deliveries, publisher);
-    let span = telemetry::batch_span(endpoint, &deliveries);
-    let dispatch = with_progress(endpoint, executor, unit, dispatch);
-    let decided = telemetry::observed(&span, &executor.metrics, unit.len(), dispatch).await;
-    for (incoming, (handled, decision)) in unit.iter().zip(decided) {
-        span.around(settle(executor, progress, incoming, &handled, &decision))
-            .await;
+/// Runs the handler on `unit` through `dispatcher` and executes the decisions; resolves with the
+/// dispatcher, for the slot's next unit.
+pub(super) fn handle(
+    handling: &Arc<Handling>,
+    unit: Unit,
+    mut dispatcher: Dispatcher,
+) -> impl Future<Output = Dispatcher> + Send + 'static {
+    let handling = Arc::clone(handling);
+    async move {
+        match unit {
+            Unit::One(incoming) => handling.one(incoming, &mut dispatcher).await,
+            // The batch path is boxed: its future is the largest, and only batch handlers run it.
+            Unit::Batch(unit) if handling.endpoint.is_batch() => {
+                Box::pin(handling.batch(unit, &mut dispatcher)).await;
+            }
+            Unit::Batch(unit) => {
+                for incoming in unit {
+                    handling.one(incoming, &mut dispatcher).await;
+                }
+            }
+        }
+        dispatcher
     }
 }
 
@@ -175,15 +203,6 @@ async fn handle_batch(
 pub(super) enum Unit {
     One(Incoming),
     Batch(Vec<Incoming>),
-}
-
-impl Unit {
-    fn as_slice(&self) -> &[Incoming] {
-        match self {
-            Self::One(incoming) => std::slice::from_ref(incoming),
-            Self::Batch(unit) => unit,
-        }
-    }
 }
 
 /// Whether [`with_progress`] has anything to do for `endpoint`'s deliveries.
@@ -195,12 +214,12 @@ fn progress_signals(endpoint: &Endpoint) -> bool {
 }
 
 /// Runs `handling`; while it runs, and for at most the registration's `progress_until`, tells
-/// the server every `ack_wait / 2` that each of `unit` is still being worked on (JetStream
-/// only).
+/// the server every `ack_wait / 2` that each delivery of `unit` (their acknowledgement subjects)
+/// is still being worked on (JetStream only).
 pub(super) async fn with_progress<T>(
     endpoint: &Endpoint,
     executor: &Executor,
-    unit: &[Incoming],
+    unit: &[Option<ReplySubject>],
     handling: impl Future<Output = T>,
 ) -> T {
     let info = endpoint.info();
@@ -222,8 +241,8 @@ pub(super) async fn with_progress<T>(
             done = &mut handling => return done,
             at = ticks.tick(), if Instant::now() < until => {
                 if at < until {
-                    for incoming in unit {
-                        executor.in_progress(incoming).await;
+                    for ack_subject in unit {
+                        executor.in_progress(ack_subject.as_ref()).await;
                     }
                 }
             }

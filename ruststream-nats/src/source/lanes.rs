@@ -39,12 +39,14 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::handling::{admit, run_after_ack, settle_only, settle_panicked, with_progress};
-use super::{Progress, Source, StopSignal};
-use crate::executor::{Executor, Incoming};
-use crate::publish::NatsPublisher;
+use super::handling::{
+    Handling, admit, run_after_ack, settle_only, settle_panicked, with_progress,
+};
+use super::{Source, StopSignal};
+use crate::executor::Incoming;
 use crate::supervise::Kind;
 use crate::telemetry;
+use crate::transport::ReplySubject;
 
 /// Which keys are busy and what waits behind each, in arrival order. Pure: the lanes' tasks and
 /// the unit tests drive it.
@@ -115,10 +117,7 @@ pub(super) struct Lanes {
 
 struct Shared {
     endpoint: Endpoint,
-    executor: Arc<Executor>,
-    publisher: Arc<NatsPublisher>,
-    progress: Arc<Progress>,
-    idempotency: Option<Arc<crate::idempotency::Guard>>,
+    handling: Arc<Handling>,
     stop: StopSignal,
     key: LaneKey,
     codec: Format,
@@ -137,10 +136,7 @@ impl Lanes {
         let key = policy.lanes.clone()?;
         let shared = Arc::new(Shared {
             endpoint: source.endpoint.clone(),
-            executor: Arc::clone(&source.executor),
-            publisher: Arc::clone(&source.publisher),
-            progress: Arc::clone(&source.progress),
-            idempotency: source.idempotency.clone(),
+            handling: Arc::clone(&source.handling),
             stop: source.stop.clone(),
             key,
             codec: policy.codec.unwrap_or_default(),
@@ -179,12 +175,12 @@ impl Lanes {
             Err(panicked) => {
                 let shared = Arc::clone(shared);
                 tasks.spawn(async move {
-                    let Shared {
+                    let Handling {
                         endpoint,
                         executor,
                         progress,
                         ..
-                    } = &*shared;
+                    } = &*shared.handling;
                     let incoming = &taken.incoming;
                     settle_panicked(endpoint, executor, progress, incoming, panicked).await;
                 });
@@ -272,10 +268,11 @@ impl Lanes {
 impl Shared {
     /// Gives a delivery that waited in a lane back to the server (`-NAK`), unstarted.
     async fn release(&self, taken: Taken) {
-        self.executor.release(&taken.incoming).await;
+        self.handling.executor.release(&taken.incoming).await;
         if let Some(info) = taken.incoming.delivery.extension::<crate::JetStreamInfo>() {
             // Released with `-NAK`: still owed until a later delivery is settled for good.
-            self.progress
+            self.handling
+                .progress
                 .settled(info.stream_sequence, info.delivered, false);
         }
     }
@@ -299,46 +296,53 @@ impl Shared {
             mut incoming,
             _permit,
         } = taken;
-        let endpoint = &self.endpoint;
-        let executor = &*self.executor;
-        let claim = match &self.idempotency {
+        let handling = &*self.handling;
+        let executor = &*handling.executor;
+        let claim = match &handling.idempotency {
             Some(guard) => {
-                match admit(guard, endpoint, executor, &self.progress, &incoming).await {
+                let endpoint = &handling.endpoint;
+                match admit(guard, endpoint, executor, &handling.progress, &incoming).await {
                     Some(claim) => claim,
                     None => return,
                 }
             }
             None => None,
         };
+        // Taken for the whole delivery, retries included; a panic here loses it (the slot
+        // makes another).
+        let mut dispatcher = handling.dispatcher();
         loop {
-            let span = telemetry::delivery_span(endpoint, &incoming.delivery);
-            let dispatch = endpoint.dispatch(&incoming.delivery, &*self.publisher);
-            let one = std::slice::from_ref(&incoming);
-            let dispatch = with_progress(endpoint, executor, one, dispatch);
-            let (handled, decision) =
+            let Incoming {
+                delivery,
+                ack_subject,
+            } = incoming;
+            let span = telemetry::delivery_span(&handling.endpoint, &delivery);
+            let acks = [ack_subject.clone()];
+            let dispatch = dispatcher.one(delivery);
+            let dispatch = with_progress(&handling.endpoint, executor, &acks, dispatch);
+            let (delivery, (handled, decision)) =
                 telemetry::observed(&span, &executor.metrics, 1, dispatch).await;
+            incoming = Incoming {
+                delivery,
+                ack_subject,
+            };
             if let Some(delay) = in_place(&decision)
                 && span.around(self.wait(&incoming, delay)).await
             {
                 incoming = next_attempt(incoming);
                 // The new attempt has the whole `ack_wait`, as a redelivery would.
-                executor.in_progress(&incoming).await;
+                executor.in_progress(incoming.ack_subject.as_ref()).await;
                 continue;
             }
-            let sent = span
-                .around(settle_only(
-                    executor,
-                    &self.progress,
-                    &incoming,
-                    &handled,
-                    &decision,
-                ))
-                .await;
-            if let (Some(guard), Some((key, revision))) = (&self.idempotency, claim) {
+            let progress = &handling.progress;
+            let settling = settle_only(executor, progress, &incoming, &handled, &decision);
+            let sent = span.around(settling).await;
+            if let (Some(guard), Some((key, revision))) = (&handling.idempotency, claim) {
                 span.around(guard.settled(key, revision, &decision)).await;
             }
             span.around(run_after_ack(executor, &incoming, &decision, sent))
                 .await;
+            handling.give_back(dispatcher);
             return;
         }
     }
@@ -363,7 +367,10 @@ impl Shared {
                     if tick >= until {
                         return true;
                     }
-                    self.executor.in_progress(incoming).await;
+                    self.handling
+                        .executor
+                        .in_progress(incoming.ack_subject.as_ref())
+                        .await;
                 }
             }
         }
@@ -427,20 +434,17 @@ async fn keep_waiting_alive(shared: Weak<Shared>, every: Duration) {
         if shared.releasing() {
             return;
         }
-        let acks: Vec<Incoming> = shared
+        let acks: Vec<ReplySubject> = shared
             .lock()
             .waiting()
-            .map(|taken| Incoming {
-                // Only the acknowledgement subject is read.
-                delivery: ruststream::Delivery::new(
-                    Arc::clone(taken.incoming.delivery.subject_arc()),
-                    bytes::Bytes::new(),
-                ),
-                ack_subject: taken.incoming.ack_subject.clone(),
-            })
+            .filter_map(|taken| taken.incoming.ack_subject.clone())
             .collect();
-        for incoming in &acks {
-            shared.executor.in_progress(incoming).await;
+        for ack_subject in &acks {
+            shared
+                .handling
+                .executor
+                .in_progress(Some(ack_subject))
+                .await;
         }
     }
 }

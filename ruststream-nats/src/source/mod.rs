@@ -4,9 +4,10 @@
 //!
 //! A source takes a message only once a handler slot is free (`policy.concurrency` of them), so
 //! the transport's flow control sees the service's real pace. A batch handler gets up to its
-//! batch size of messages that are ready at once. At concurrency 1 the handler runs in the
-//! source's own task (a task and a permit per message cost as much as the rest of the delivery
-//! path); above it, each unit is a task, so handlers run in parallel.
+//! batch size of messages that are ready at once. Each handler slot runs its units through a
+//! [`Dispatcher`](ruststream::registration::Dispatcher) of its own, made once. At concurrency 1
+//! the one slot is the source's own task; above it, each unit is a task, so handlers run in
+//! parallel.
 //!
 //! On stop the source takes no new message, asks the transport to stop, and handles what the
 //! transport still hands over, JetStream deliveries and Core messages alike (`stopping.rs`: a
@@ -54,13 +55,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use self::handling::Unit;
+pub(crate) use self::handling::Handling;
+use self::handling::{Unit, handle};
 pub(crate) use self::incoming::incoming_capped;
 pub(crate) use self::progress::{Progress, Resume};
 use self::stopping::{joined, stop_sent, stopping};
 use crate::JetStreamInfo;
 use crate::executor::{Executor, Incoming};
-use crate::publish::{AwaitedRequest, NatsPublisher};
+use crate::publish::AwaitedRequest;
 use crate::transport::{MessageStream, RawMessage, Subscription, TransportError, Unsubscribe};
 
 /// How long a source waits after the transport reported an error, so a failing connection does
@@ -86,7 +88,6 @@ pub(crate) struct Source {
     pub(crate) messages: MessageStream,
     pub(crate) unsubscribe: Box<dyn Unsubscribe>,
     pub(crate) executor: Arc<Executor>,
-    pub(crate) publisher: Arc<NatsPublisher>,
     pub(crate) stop: StopSignal,
     pub(crate) reopen: Reopen,
     /// How many ready messages one handler call takes: 1, or a batch handler's batch size.
@@ -95,13 +96,13 @@ pub(crate) struct Source {
     pub(crate) linger: Option<Duration>,
     /// Where the registration stands in its stream (JetStream).
     pub(crate) progress: Arc<Progress>,
-    /// The bucket of the keys handled, when the registration is idempotent.
-    pub(crate) idempotency: Option<Arc<crate::idempotency::Guard>>,
     /// A message found ready behind a Core request as it was taken ([`Source::behind`]):
     /// taken next, before anything else is read.
     pub(crate) ahead: Option<Incoming>,
     /// Told whether the registration consumes (`/readyz`).
     pub(crate) supervisor: crate::supervise::Supervisor,
+    /// What runs each unit in a handler slot, shared by the slots.
+    pub(crate) handling: Arc<Handling>,
 }
 
 impl Source {
@@ -120,18 +121,12 @@ impl Source {
         // and it starts marked changed, so a stop sent before this run is looked at too.
         let mut watch = self.stop.clone();
         watch.mark_changed();
-        // One handler at a time: it runs in this task, without a task or a permit per message.
+        // One handler at a time: it runs in this task, without a task or a permit per message,
+        // through the slot's own dispatcher; its handling's future lives in `slot`, allocated
+        // once for the run.
         let inline = self.endpoint.policy().concurrency.get() == 1;
-        // The inline handler's future lives here, allocated once for the run: each message's
-        // handling replaces the last one's in place (no allocation per message).
+        let mut own = inline.then(|| self.handling.dispatcher());
         let mut slot = Box::pin(None);
-        // The same for the handler called with its type known, when this source can
-        // (`handling.rs`): the handler's own future is allocated once too.
-        let (mut inline_handler, shared) = match inline.then(|| self.inline()).flatten() {
-            Some((handler, shared)) => (Some(handler), Some(shared)),
-            None => (None, None),
-        };
-        let mut inline_slot = Box::pin(None);
         // `.by_key(..)`: deliveries of one key in order (`lanes.rs`).
         let lanes = lanes::Lanes::of(&self);
         let deadline = loop {
@@ -155,49 +150,7 @@ impl Source {
                 Ok(first) => first,
                 Err(deadline) => break deadline,
             };
-            if let Some(first) = first {
-                // Not cancelled: a message taken is always handled. With the handler's type
-                // known when it can be (`handling.rs`, `inline`).
-                if let (Some(handler), Some(shared)) = (inline_handler.take(), &shared) {
-                    let handling = self.handle_inline(shared, handler, first);
-                    inline_slot.set(Some(AssertUnwindSafe(handling).catch_unwind()));
-                    let name = self.endpoint.name();
-                    let done = finish(
-                        name,
-                        &mut inline_slot,
-                        stopped.as_mut(),
-                        &permits,
-                        &mut tasks,
-                    );
-                    match done.await {
-                        Ok(handler) => inline_handler = handler,
-                        Err(deadline) => break deadline,
-                    }
-                    continue;
-                }
-                // One message is taken as it is, not moved through `gather`'s future.
-                let unit = if self.batch <= 1 {
-                    Unit::One(first)
-                } else {
-                    self.gather(first).await
-                };
-                if let Some(permit) = permit {
-                    match (&lanes, unit) {
-                        (Some(lanes), Unit::One(incoming)) => {
-                            lanes.take(incoming, permit, &mut tasks);
-                        }
-                        (_, unit) => self.spawn(&mut tasks, unit, permit),
-                    }
-                    continue;
-                }
-                slot.set(Some(AssertUnwindSafe(self.handle(unit)).catch_unwind()));
-                let name = self.endpoint.name();
-                if let Err(deadline) =
-                    finish(name, &mut slot, stopped.as_mut(), &permits, &mut tasks).await
-                {
-                    break deadline;
-                }
-            } else {
+            let Some(first) = first else {
                 drop(permit);
                 self.supervisor.consuming(self.endpoint.name(), false);
                 tracing::warn!(
@@ -209,6 +162,32 @@ impl Source {
                     ended = true;
                     break deadline;
                 }
+                continue;
+            };
+            // Not cancelled: a message taken is always handled. One message is taken as it
+            // is, not moved through `gather`'s future.
+            let unit = if self.batch <= 1 {
+                Unit::One(first)
+            } else {
+                self.gather(first).await
+            };
+            if let Some(permit) = permit {
+                match (&lanes, unit) {
+                    (Some(lanes), Unit::One(incoming)) => {
+                        lanes.take(incoming, permit, &mut tasks);
+                    }
+                    (_, unit) => self.spawn(&mut tasks, unit, permit),
+                }
+                continue;
+            }
+            let dispatcher = own.take().unwrap_or_else(|| self.handling.dispatcher());
+            let handling = handle(&self.handling, unit, dispatcher);
+            slot.set(Some(AssertUnwindSafe(handling).catch_unwind()));
+            let name = self.endpoint.name();
+            match finish(name, &mut slot, stopped.as_mut(), &permits, &mut tasks).await {
+                // A panic outside the handler lost the dispatcher: the next unit makes one.
+                Ok(dispatcher) => own = dispatcher,
+                Err(deadline) => break deadline,
             }
         };
 
@@ -395,12 +374,15 @@ impl Source {
         );
     }
 
-    /// Runs the handler on `unit` and executes the decisions, holding `permit` throughout.
+    /// Runs the handler on `unit` in a task of its own and executes the decisions, holding
+    /// `permit` and a dispatcher throughout.
     fn spawn(&self, tasks: &mut JoinSet<()>, unit: Unit, permit: OwnedSemaphorePermit) {
-        let handling = self.handle(unit);
+        let handling = Arc::clone(&self.handling);
+        let run = handle(&handling, unit, handling.dispatcher());
         tasks.spawn(async move {
-            let _permit = permit;
-            handling.await;
+            // Given back before the permit, so a slot that frees finds it idle.
+            handling.give_back(run.await);
+            drop(permit);
         });
     }
 

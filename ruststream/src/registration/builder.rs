@@ -34,7 +34,7 @@ pub(super) type BatchFn<S> = dyn for<'a> Fn(
 
 /// A registration's handler: of single messages, or of batches.
 pub(super) enum HandlerKind<S> {
-    Single(Arc<dyn super::inline::BindSingle<S>>),
+    Single(Arc<dyn super::typed::BindSingle<S>>),
     Batch(Arc<BatchFn<S>>),
 }
 

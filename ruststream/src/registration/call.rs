@@ -9,9 +9,9 @@ use serde::de::DeserializeOwned;
 
 use super::builder::{BatchFn, HandlerKind, LayerStack, Registration};
 use super::descriptor::Descriptor;
-use super::inline::{BindSingle, Call, SingleCall};
 use super::policy::Policy;
 use super::schemas::Schemas;
+use super::typed::{BindSingle, Call, SingleCall};
 use crate::codec::{DecodeError, Format};
 use crate::context::Context;
 use crate::delivery::Delivery;

@@ -1,6 +1,6 @@
-//! [`Endpoint`]: a registration bound to the app state, as a broker runs it. A broker hands it
-//! deliveries and gets back what the handler said ([`Handled`]) and the settlement
-//! [`Decision`] to execute.
+//! [`Endpoint`]: a registration bound to the app state, as a broker runs it: its facts, the
+//! settlement [`Decision`] for what its handler said ([`Handled`]), and the [`Dispatcher`]s
+//! that call the handler.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,10 +10,11 @@ use futures::future::BoxFuture;
 
 use super::builder::{HandlerKind, Registration};
 use super::descriptor::Descriptor;
+use super::dispatch::{Calls, Dispatcher};
 use super::info::RegistrationInfo;
-use super::inline::{Bound, InlineHandler, limited};
 use super::policy::Policy;
 use super::threads::Pool;
+use super::typed::{Bound, limited};
 use crate::codec::Format;
 use crate::delivery::Delivery;
 use crate::handled::Handled;
@@ -37,78 +38,87 @@ impl<S: Send + Sync + 'static> Registration<S> {
         let codec = self.policy.codec.unwrap_or_default();
         let layers = self.layers.all();
         let name: Arc<str> = Arc::from(self.name);
-        let mut inline: Option<Arc<BindInline>> = None;
-        let handler = match self.handler {
+        let timeout = self.policy.handler_timeout;
+        let (calls, batch): (Arc<MakeCalls>, bool) = match self.handler {
             HandlerKind::Single(call) => {
-                if layers.is_empty() && pool.is_none() {
-                    // Without layers or threads a broker may call the handler with its type
-                    // known throughout: see `inline_handler`.
-                    let (call, state, name) =
-                        (Arc::clone(&call), Arc::clone(&state), Arc::clone(&name));
-                    let timeout = self.policy.handler_timeout;
-                    inline = Some(Arc::new(move |publisher| {
-                        Arc::clone(&call).inline(Bound {
-                            state: Arc::clone(&state),
-                            codec,
-                            name: Arc::clone(&name),
-                            timeout,
-                            publisher,
-                        })
-                    }));
-                }
-                BoundHandler::Single(crate::middleware::wrap_single(
-                    call.bind(state, codec),
-                    &layers,
-                ))
+                let bound = Arc::new(Bound {
+                    state,
+                    codec,
+                    name: Arc::clone(&name),
+                    timeout,
+                    layers,
+                    pool,
+                });
+                let make = move |publisher| Calls::One(Arc::clone(&call).slot(&bound, publisher));
+                (Arc::new(make), false)
             }
             HandlerKind::Batch(call) => {
                 let f: Arc<BoundBatch> =
                     Arc::new(move |d, p, n| call(d, Arc::clone(&state), p, n, codec));
-                BoundHandler::Batch(crate::middleware::wrap_batch(f, &layers))
+                let chain = crate::middleware::wrap_batch(f, &layers);
+                let name = Arc::clone(&name);
+                let make = move |publisher| batch_calls(&chain, &name, timeout, publisher);
+                (Arc::new(make), true)
             }
         };
         Ok(Endpoint {
             name,
-            inline,
+            calls,
+            batch,
             descriptor: self.descriptor,
             info: Arc::new(info),
-            handler,
             observer,
             idempotency_key: self.idempotency_key,
             codec,
-            pool,
         })
     }
 }
 
-/// Makes a registration's [`InlineHandler`] for a broker's publisher.
-type BindInline = dyn Fn(Arc<dyn Publish>) -> InlineHandler + Send + Sync;
+/// Makes a dispatcher's calls for a broker's publisher.
+type MakeCalls = dyn Fn(Arc<dyn Publish>) -> Calls + Send + Sync;
 type BoundBatch = dyn for<'a> Fn(&'a [&'a Delivery], &'a dyn Publish, &'a str) -> BoxFuture<'a, Vec<Handled>>
     + Send
     + Sync;
 
-#[derive(Clone)]
-enum BoundHandler {
-    Single(Arc<crate::middleware::Single>),
-    Batch(Arc<BoundBatch>),
+/// A batch handler's calls (behind its layers), guarded and within `timeout`, for `publisher`.
+fn batch_calls(
+    chain: &Arc<BoundBatch>,
+    name: &Arc<str>,
+    timeout: Option<Duration>,
+    publisher: Arc<dyn Publish>,
+) -> Calls {
+    let all = Arc::new((Arc::clone(chain), Arc::clone(name), publisher));
+    Calls::Batch(Arc::new(move |deliveries: Vec<Delivery>| {
+        let all = Arc::clone(&all);
+        Box::pin(async move {
+            let (chain, name, publisher) = &*all;
+            let handled = {
+                let refs: Vec<&Delivery> = deliveries.iter().collect();
+                let call = guard_async(chain(&refs, &**publisher, name));
+                match limited(timeout, call).await {
+                    Ok(Ok(handled)) => handled,
+                    Ok(Err(panicked)) => vec![panicked; refs.len()],
+                    Err(limit) => vec![Handled::TimedOut(limit); refs.len()],
+                }
+            };
+            (deliveries, handled)
+        })
+    }))
 }
 
-/// A registration bound to the app state, as a broker runs it: hand it deliveries, get back
-/// what the handler said and the settlement decision to execute.
+/// A registration bound to the app state, as a broker runs it: its facts, the settlement
+/// decision, and the [`Dispatcher`]s that run its handler.
 #[derive(Clone)]
 pub struct Endpoint {
     name: Arc<str>,
     descriptor: Arc<dyn Descriptor>,
-    /// Shared: an endpoint is cloned for every delivery it handles.
+    /// Shared: a broker keeps clones of it in each handler slot.
     info: Arc<RegistrationInfo>,
-    handler: BoundHandler,
-    /// How to call the handler with its type known; `None` behind middleware and for batches.
-    inline: Option<Arc<BindInline>>,
+    calls: Arc<MakeCalls>,
+    batch: bool,
     observer: Option<Arc<dyn Observer>>,
     idempotency_key: Option<Arc<crate::idempotency::KeyFn>>,
     codec: Format,
-    /// The threads of `.threads(n)`, which the handler's calls run on.
-    pool: Option<Arc<Pool>>,
 }
 
 impl fmt::Debug for Endpoint {
@@ -147,7 +157,7 @@ impl Endpoint {
 
     /// Whether the handler takes batches.
     pub fn is_batch(&self) -> bool {
-        matches!(self.handler, BoundHandler::Batch(_))
+        self.batch
     }
 
     /// The idempotency key of `delivery`: `None` when the registration is not idempotent,
@@ -192,181 +202,14 @@ impl Endpoint {
         }
     }
 
-    /// Runs `handling` within the registration's `handler_timeout`; `Err(limit)` when it ran
-    /// past it (and was cancelled).
-    async fn limited<T>(&self, handling: impl Future<Output = T>) -> Result<T, Duration> {
-        limited(self.info.policy.handler_timeout, handling).await
-    }
-
-    /// The handler, for a broker that runs one delivery of this registration at a time and
-    /// can hand it over (moved) for the call: made once, it calls the handler without a boxed
-    /// future per delivery ([`start_inline`](Self::start_inline) and
-    /// [`finish_inline`](Self::finish_inline)). `None` for a batch handler and behind
-    /// middleware (use [`dispatch`](Self::dispatch)).
-    pub fn inline_handler(&self, publisher: Arc<dyn Publish>) -> Option<InlineHandler> {
-        self.inline.as_ref().map(|bind| bind(publisher))
-    }
-
-    /// [`dispatch`](Self::dispatch) through `handler` (this endpoint's
-    /// [`inline_handler`](Self::inline_handler)), first half: `delivery` moved into the
-    /// handler's call, made here and run by [`finish_inline`](Self::finish_inline) (a delivery
-    /// past the cap is kept, not run, as `dispatch` does).
-    ///
-    /// A broker's, not an application's. The contract: each `start_inline` is followed by one
-    /// [`finish_inline`](Self::finish_inline) on the same handler, awaited to the end, before
-    /// the next `start_inline`. A second start before the finish drops the first delivery
-    /// unhandled; a finish without a start never resolves. (Not a token the finish consumes: a
-    /// handler moved through it costs the Core handler task about 130 instructions a message
-    /// by callgrind.)
-    ///
-    /// This pair replaced `dispatch_inline`, `InlineHandler::delivery` and
-    /// `InlineHandler::take`, which are gone from the public API.
-    #[doc(hidden)]
-    pub fn start_inline(&self, handler: &mut InlineHandler, delivery: Delivery) {
-        match self.past_cap(&delivery) {
-            Some(past_cap) => handler.keep(delivery, past_cap),
-            None => handler.start(delivery),
-        }
-    }
-
-    /// Runs the call [`start_inline`](Self::start_inline) made: the delivery back, with what
-    /// the handler said and the decision, decided and observed as
-    /// [`dispatch`](Self::dispatch) does. Never resolves when no call was started (see
-    /// `start_inline`'s contract).
-    #[doc(hidden)]
-    pub async fn finish_inline(
-        &self,
-        handler: &mut InlineHandler,
-    ) -> (Delivery, (Handled, Decision)) {
-        let (delivery, handled) = std::future::poll_fn(|cx| handler.poll_done(cx)).await;
-        let concluded = self.conclude(&delivery, handled);
-        (delivery, concluded)
+    /// A dispatcher for one handler slot of a broker that publishes through `publisher`.
+    pub fn dispatcher(&self, publisher: Arc<dyn Publish>) -> Dispatcher {
+        Dispatcher::new(self.clone(), (self.calls)(publisher))
     }
 
     /// [`Handled::PastCap`] when `delivery` arrived past the cap: its handler must not run.
-    fn past_cap(&self, delivery: &Delivery) -> Option<Handled> {
+    pub(super) fn past_cap(&self, delivery: &Delivery) -> Option<Handled> {
         settle::decide_arrival(&self.facts(delivery)).map(|_| Handled::PastCap)
-    }
-
-    /// Runs the handler on one delivery (panics caught) and decides its settlement.
-    ///
-    /// # Panics
-    ///
-    /// Never; a batch endpoint handed one delivery runs it as a batch of one.
-    pub async fn dispatch(
-        &self,
-        delivery: &Delivery,
-        publisher: &dyn Publish,
-    ) -> (Handled, Decision) {
-        let handled = match &self.handler {
-            _ if let Some(past_cap) = self.past_cap(delivery) => past_cap,
-            // The middleware around the handler is guarded as the handler is.
-            BoundHandler::Single(call) => {
-                let called = match self.on_threads(call, delivery, publisher) {
-                    Some(pooled) => self.limited(pooled).await,
-                    None => {
-                        let call = guard_async(call.call(delivery, publisher, &self.name));
-                        self.limited(call).await.map(|r| r.unwrap_or_else(|h| h))
-                    }
-                };
-                called.unwrap_or_else(Handled::TimedOut)
-            }
-            BoundHandler::Batch(call) => {
-                let one = [delivery];
-                match self
-                    .limited(guard_async(call(&one, publisher, &self.name)))
-                    .await
-                {
-                    Ok(Ok(mut handled)) => handled
-                        .pop()
-                        .unwrap_or_else(|| Handled::NoOutcome("empty batch".into())),
-                    Ok(Err(panicked)) => panicked,
-                    Err(limit) => Handled::TimedOut(limit),
-                }
-            }
-        };
-        self.conclude(delivery, handled)
-    }
-
-    /// The call of a registration with threads, made to run there: it owns a copy of
-    /// `delivery` and a handle on `publisher`, guarded as a call in place is. `None` without
-    /// threads, or when the broker's publisher cannot be shared (the call then runs in place).
-    fn on_threads(
-        &self,
-        call: &Arc<crate::middleware::Single>,
-        delivery: &Delivery,
-        publisher: &dyn Publish,
-    ) -> Option<BoxFuture<'static, Handled>> {
-        let pool = Arc::clone(self.pool.as_ref()?);
-        let publisher = publisher.to_shared()?;
-        let (call, name) = (Arc::clone(call), Arc::clone(&self.name));
-        let delivery = delivery.duplicate();
-        Some(Box::pin(async move {
-            let call = async move {
-                let called = guard_async(call.call(&delivery, &*publisher, &name)).await;
-                called.unwrap_or_else(|panicked| panicked)
-            };
-            pool.run(call).await
-        }))
-    }
-
-    /// Runs a batch handler on `deliveries` and decides each one's settlement.
-    pub async fn dispatch_batch(
-        &self,
-        deliveries: &[&Delivery],
-        publisher: &dyn Publish,
-    ) -> Vec<(Handled, Decision)> {
-        // Deliveries past the cap do not reach the handler.
-        let past: Vec<Option<Handled>> = deliveries.iter().map(|d| self.past_cap(d)).collect();
-        let run: Vec<&Delivery> = deliveries
-            .iter()
-            .zip(&past)
-            .filter(|(_, past)| past.is_none())
-            .map(|(d, _)| *d)
-            .collect();
-        let mut ran = match &self.handler {
-            _ if run.is_empty() => Vec::new(),
-            BoundHandler::Batch(call) => {
-                match self
-                    .limited(guard_async(call(&run, publisher, &self.name)))
-                    .await
-                {
-                    Ok(Ok(handled)) => handled,
-                    Ok(Err(panicked)) => vec![panicked; run.len()],
-                    Err(limit) => vec![Handled::TimedOut(limit); run.len()],
-                }
-            }
-            BoundHandler::Single(call) => {
-                let mut out = Vec::with_capacity(run.len());
-                for d in &run {
-                    out.push(
-                        match self
-                            .limited(guard_async(call.call(d, publisher, &self.name)))
-                            .await
-                        {
-                            Ok(Ok(handled) | Err(handled)) => handled,
-                            Err(limit) => Handled::TimedOut(limit),
-                        },
-                    );
-                }
-                out
-            }
-        }
-        .into_iter();
-        let handled: Vec<Handled> = past
-            .into_iter()
-            .map(|past| {
-                past.unwrap_or_else(|| {
-                    ran.next()
-                        .unwrap_or_else(|| Handled::NoOutcome("not handled".into()))
-                })
-            })
-            .collect();
-        deliveries
-            .iter()
-            .zip(handled)
-            .map(|(d, h)| self.conclude(d, h))
-            .collect()
     }
 
     /// What `delivery` comes to after its handler, or other user code the runtime ran for it

@@ -12,33 +12,36 @@
 //! | `schemas.rs` | [`Schemas`]: the payload's type and its JSON Schemas |
 //! | `traced.rs` | [`traced_schema`]: a type's JSON Schema read from its serde `Deserialize` impl |
 //! | `builder.rs` | [`Registration`] and its chain (`.max_attempts(..)`, `.dead_letter(..)`, ..) |
-//! | `inline.rs` | a single handler's call with its type known: boxed per delivery, or [`InlineHandler`] |
 //! | `call.rs` | how a registration calls its handler: decode, context, panics caught |
+//! | `typed.rs` | a single handler's call with its types known, erased once per registration |
 //! | `threads.rs` | the pool of `.threads(n)`: the handler's calls on threads of their own |
 //! | `endpoint.rs` | [`Endpoint`]: a registration bound to the app state, as a broker runs it |
+//! | `dispatch.rs` | [`Dispatcher`]: one handler slot; deliveries in, decisions out |
 //! | `mount.rs` | [`Mount`], [`WithHandler`], [`WithDeliveryHandler`]: what `b.include(..)` takes |
 //!
 //! Dependencies run one way: `descriptor`, `lane_key` ← `policy`, `traced` ← `schemas` ← `info`
-//! ← `builder`, `inline` ← `call`, `endpoint`, `mount`; `threads` ← `builder`, `endpoint`.
+//! ← `builder`, `dispatch` ← `typed` ← `call`, `endpoint`, `mount`; `threads` ← `typed`,
+//! `endpoint`.
 
 mod builder;
 mod call;
 mod descriptor;
+mod dispatch;
 mod endpoint;
 mod info;
-mod inline;
 mod lane_key;
 mod mount;
 mod policy;
 mod schemas;
 mod threads;
 mod traced;
+mod typed;
 
 pub use self::builder::Registration;
 pub use self::descriptor::{DeliverPolicy, Descriptor, DescriptorInfo, PrefixedSubject};
+pub use self::dispatch::Dispatcher;
 pub use self::endpoint::Endpoint;
 pub use self::info::{RegistrationInfo, policy_notes};
-pub use self::inline::InlineHandler;
 pub use self::lane_key::LaneKey;
 pub use self::mount::{
     BatchMarker, DeliveryMarker, FnMarker, Is, Mount, SingleMarker, SubscriberFn, SubscriberName,
