@@ -193,9 +193,8 @@ impl Decided for (Vec<ruststream::Delivery>, Vec<(Handled, Decision)>) {
 }
 
 /// The clock the handler's duration is read from: the CPU's time-stamp counter, scaled to
-/// nanoseconds, where it is invariant (`quanta`), the OS's monotonic clock otherwise. Two
-/// reads a delivery: 19 ns against `std::time::Instant`'s 49 ns on the benchmark machine, where
-/// the OS clock's reads were 3 % of a Core message's CPU (`docs/benchmarks.md`). Made once, by
+/// nanoseconds, where it is invariant (`quanta`), the OS's monotonic clock otherwise: two reads
+/// a delivery, cheaper than the OS clock's (`docs/benchmarks.md`). Made once, by
 /// [`warm_clock`] when a registration starts: making it measures the counter's rate (about a
 /// millisecond).
 fn clock() -> &'static quanta::Clock {
@@ -363,8 +362,7 @@ mod tests {
     /// The handler's duration comes from [`clock`] (the time-stamp counter): a handling that
     /// takes 40 ms of real time is recorded as that, and at most what the test saw. The two
     /// are different clocks (the counter is calibrated against the OS clock once), so each
-    /// bound allows 1 % for the calibration: a run of CI once read the counter 7 µs longer
-    /// than the OS clock over 41 ms (0.02 %).
+    /// bound allows 1 % for the calibration.
     #[tokio::test]
     async fn the_handler_duration_is_the_time_the_handling_took() {
         let durations =

@@ -145,9 +145,7 @@ impl fmt::Debug for Extensions {
 /// One message as it arrived, with the facts the runtime and the extractors need.
 ///
 /// Its parts live in one heap block, so a delivery moves as a pointer: on its way from the
-/// wire to the handler's call and back to the settlement it is handed on by value about a dozen
-/// times, and at 168 bytes each hand-over was a `memcpy` call, which a sampling profile put at
-/// a tenth of a Core message's CPU time (`docs/benchmarks.md`, "Core subscribe").
+/// wire to the handler's call and back to the settlement it is handed on by value many times.
 pub struct Delivery(Box<Parts>);
 
 /// What a [`Delivery`] holds.
@@ -387,9 +385,7 @@ mod tests {
     use super::*;
 
     /// A delivery moves as one pointer (its parts are boxed): the hot path hands it on by value
-    /// about a dozen times per message, and at its former 168 bytes each was a `memcpy` call
-    /// (`docs/benchmarks.md`, "Core subscribe"). A field added to `Delivery` itself instead of
-    /// `Parts` fails here.
+    /// many times per message. A field added to `Delivery` itself instead of `Parts` fails here.
     #[test]
     fn a_delivery_is_one_pointer() {
         assert_eq!(size_of::<Delivery>(), size_of::<usize>());

@@ -287,9 +287,9 @@ impl Source {
     /// it over (`None` when the stream ended), or the drain deadline once the broker is
     /// stopping: the stop is looked at first, as before each message.
     ///
-    /// Taken inside the poll: a `RawMessage` is 144 bytes, and each wrapper it crossed on its
-    /// way out (the poll, this `Result`, the loop's `match`) was a `memcpy` call; an
-    /// [`Incoming`] (its delivery boxed) moves in registers.
+    /// Taken inside the poll: a `RawMessage` is large and would be copied through each wrapper
+    /// on its way out (the poll, this `Result`, the loop's `match`); an [`Incoming`] (its
+    /// delivery boxed) moves in registers.
     ///
     /// The stop signal is waited on only while no message is ready; with one ready, a look at
     /// `watch`'s version (`has_changed`: an atomic load) tells whether the signal moved, so a

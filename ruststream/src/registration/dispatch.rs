@@ -1,16 +1,13 @@
 //! [`Dispatcher`]: a registration's handler as a broker runs it. Made once per handler slot
 //! with the handler's types erased inside; the broker moves each delivery in and takes it back
-//! with what the handler said and the settlement [`Decision`]. A single handler's future is
-//! made in place for each delivery, in a slot allocated once: nothing is boxed per delivery
+//! with what the handler said and the settlement [`Decision`]. The handler's future is made in
+//! place for each delivery (or batch), in a slot allocated once: nothing is boxed per delivery
 //! besides what middleware boxes.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-
-use futures::future::BoxFuture;
 
 use super::endpoint::Endpoint;
 use crate::delivery::Delivery;
@@ -25,17 +22,22 @@ pub struct Dispatcher {
     calls: Calls,
 }
 
-/// How a dispatcher calls its handler.
+/// How a dispatcher calls its handler: either way, the call's future is made in place for
+/// each unit, in a slot allocated once.
 pub(super) enum Calls {
-    /// A single handler: its future made in place for each delivery.
+    /// A single handler, one delivery at a time.
     One(Box<dyn OneCall>),
-    /// A batch handler: one boxed future per batch.
-    Batch(Arc<BatchCall>),
+    /// A batch handler, one batch at a time.
+    Batch(Box<dyn BatchCall>),
 }
 
-/// A batch handler's call on the deliveries it owns: handed back with one [`Handled`] each.
-pub(super) type BatchCall =
-    dyn Fn(Vec<Delivery>) -> BoxFuture<'static, (Vec<Delivery>, Vec<Handled>)> + Send + Sync;
+/// A single handler's call: the delivery back, with what the handler said.
+pub(super) trait OneCall: InPlace<Delivery, (Delivery, Handled)> {}
+impl<T: InPlace<Delivery, (Delivery, Handled)>> OneCall for T {}
+
+/// A batch handler's call: the deliveries back, with what the handler said of each.
+pub(super) trait BatchCall: InPlace<Vec<Delivery>, (Vec<Delivery>, Vec<Handled>)> {}
+impl<T: InPlace<Vec<Delivery>, (Vec<Delivery>, Vec<Handled>)>> BatchCall for T {}
 
 impl fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -67,7 +69,9 @@ impl Dispatcher {
                     std::future::poll_fn(|cx| call.poll_done(cx)).await
                 }
                 Calls::Batch(call) => {
-                    let (mut back, mut handled) = call(vec![delivery]).await;
+                    call.start(vec![delivery]);
+                    let (mut back, mut handled) =
+                        std::future::poll_fn(|cx| call.poll_done(cx)).await;
                     let delivery = back.pop().expect("a batch call hands its deliveries back");
                     let handled = handled
                         .pop()
@@ -101,7 +105,8 @@ impl Dispatcher {
         let mut ran = match &mut self.calls {
             _ if run.is_empty() => Vec::new(),
             Calls::Batch(call) => {
-                let (back, handled) = call(run).await;
+                call.start(run);
+                let (back, handled) = std::future::poll_fn(|cx| call.poll_done(cx)).await;
                 let mut handled = handled.into_iter();
                 back.into_iter()
                     .map(|d| {
@@ -133,14 +138,14 @@ impl Dispatcher {
     }
 }
 
-/// A single handler's call, one delivery at a time, its future kept in place.
-pub(super) trait OneCall: Send {
-    /// Makes the handler's future for `delivery` (replacing one that did not finish).
-    fn start(&mut self, delivery: Delivery);
+/// A handler's call on one unit at a time, its future kept in place.
+pub(super) trait InPlace<In, Out>: Send {
+    /// Makes the handler's future for `unit` (replacing one that did not finish).
+    fn start(&mut self, unit: In);
 
-    /// Polls the handler's future: the delivery back, with what the handler said. Pending when
+    /// Polls the handler's future: the unit back, with what the handler said. Pending when
     /// none was started.
-    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<(Delivery, Handled)>;
+    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<Out>;
 }
 
 /// The future of the call running, if any, allocated once.
@@ -158,16 +163,16 @@ impl<F, Fut> Slot<F, Fut> {
     }
 }
 
-impl<F, Fut> OneCall for Slot<F, Fut>
+impl<In, F, Fut> InPlace<In, Fut::Output> for Slot<F, Fut>
 where
-    F: Fn(Delivery) -> Fut + Send,
-    Fut: Future<Output = (Delivery, Handled)> + Send,
+    F: Fn(In) -> Fut + Send,
+    Fut: Future + Send,
 {
-    fn start(&mut self, delivery: Delivery) {
-        self.running.set(Some((self.make)(delivery)));
+    fn start(&mut self, unit: In) {
+        self.running.set(Some((self.make)(unit)));
     }
 
-    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<(Delivery, Handled)> {
+    fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<Fut::Output> {
         let Some(running) = self.running.as_mut().as_pin_mut() else {
             return Poll::Pending;
         };

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 
 use super::builder::{HandlerKind, Registration};
 use super::descriptor::Descriptor;
-use super::dispatch::{Calls, Dispatcher};
+use super::dispatch::{Calls, Dispatcher, Slot};
 use super::info::RegistrationInfo;
 use super::policy::Policy;
 use super::threads::Pool;
@@ -88,9 +88,9 @@ fn batch_calls(
     publisher: Arc<dyn Publish>,
 ) -> Calls {
     let all = Arc::new((Arc::clone(chain), Arc::clone(name), publisher));
-    Calls::Batch(Arc::new(move |deliveries: Vec<Delivery>| {
+    Calls::Batch(Box::new(Slot::new(move |deliveries: Vec<Delivery>| {
         let all = Arc::clone(&all);
-        Box::pin(async move {
+        async move {
             let (chain, name, publisher) = &*all;
             let handled = {
                 let refs: Vec<&Delivery> = deliveries.iter().collect();
@@ -102,8 +102,8 @@ fn batch_calls(
                 }
             };
             (deliveries, handled)
-        })
-    }))
+        }
+    })))
 }
 
 /// A registration bound to the app state, as a broker runs it: its facts, the settlement
