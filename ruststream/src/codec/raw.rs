@@ -131,6 +131,7 @@ pub(super) struct Encoded {
 
 impl Encoded {
     /// Bytes only (what `Proto<T>` serializes to), refused with `refusal` otherwise.
+    #[cfg(feature = "protobuf")]
     pub(super) fn bytes_only(refusal: &'static str) -> Self {
         Self {
             refusal,
