@@ -75,7 +75,7 @@ macro_rules! batches_scenarios {
             use ruststream::Headers;
             use ruststream_nats::prelude::*;
             use ruststream_nats::testing::{InProcessNats, TestApp};
-            use ruststream_nats::transport::{StreamSpec, Transport as _};
+            use ruststream_nats::transport::{JetStreamPublish as _, StreamAdmin as _, StreamSpec};
 
             use super::{
                 COMPACTION_BACKOFF, Reading, app, every_reading_settled, first_outcomes,

@@ -11,7 +11,7 @@ use std::num::NonZeroU32;
 use ruststream::App as _;
 use ruststream_nats::prelude::*;
 use ruststream_nats::testing::{InProcessNats, TestApp};
-use ruststream_nats::transport::{StreamSpec, Transport as _};
+use ruststream_nats::transport::{StreamAdmin as _, StreamSpec};
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::client::{connect_jetstream, create_stream};
 use serde::{Deserialize, Serialize};

@@ -12,7 +12,9 @@ use futures::StreamExt as _;
 use ruststream::Headers;
 use ruststream_nats::testing::{InProcessNats, MAX_PAYLOAD, StreamLimits};
 use ruststream_nats::transport::nats::NatsTransport;
-use ruststream_nats::transport::{Refusal, StoredAck, StreamSpec, Transport, TransportErrorKind};
+use ruststream_nats::transport::{
+    Refusal, StoredAck, StreamAdmin as _, StreamSpec, Transport, TransportErrorKind,
+};
 use ruststream_test_server::{NatsServer, client};
 
 /// A server the scenarios run against, in process or live.

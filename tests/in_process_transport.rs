@@ -11,7 +11,8 @@ use ruststream::Headers;
 use ruststream_nats::DeliverPolicy;
 use ruststream_nats::testing::{ConsumerFacts, InProcessNats, StoredMessage};
 use ruststream_nats::transport::{
-    ConsumerSpec, MessageStream, RawMessage, StreamSpec, Transport, TransportErrorKind,
+    ConsumerSpec, CorePubSub, JetStreamPublish, MessageStream, PullConsumer, RawMessage,
+    StreamAdmin, StreamSpec, TransportErrorKind,
 };
 use tokio::time::Instant;
 

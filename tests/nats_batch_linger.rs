@@ -11,7 +11,7 @@ use ruststream::App as _;
 use ruststream::Headers;
 use ruststream_nats::prelude::*;
 use ruststream_nats::testing::{InProcessNats, TestApp};
-use ruststream_nats::transport::{StreamSpec, Transport as _};
+use ruststream_nats::transport::{StreamAdmin as _, StreamSpec};
 use serde::Deserialize;
 use support::nats::{NatsServer, PATIENCE, consumer_until, eventually, publish_stored};
 

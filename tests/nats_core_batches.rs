@@ -336,7 +336,7 @@ async fn double_stored(numbers: &[Number]) -> Vec<Result<Doubled, HandlerOutcome
 #[tokio::test(start_paused = true)]
 async fn a_batch_reply_on_a_stream_publishes_each_value_and_settles_each_message_in_process() {
     use ruststream_nats::testing::InProcessNats;
-    use ruststream_nats::transport::{StreamSpec, Transport as _};
+    use ruststream_nats::transport::{JetStreamPublish as _, StreamAdmin as _, StreamSpec};
 
     let nats = InProcessNats::new();
     nats.declare_stream(StreamSpec {

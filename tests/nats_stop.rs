@@ -22,7 +22,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use ruststream::{AppInfo, Env, HandlerOutcome, RustStream, Scope};
 use ruststream_nats::testing::TestApp;
-use ruststream_nats::transport::Transport;
+use ruststream_nats::transport::CorePubSub as _;
 use ruststream_nats::transport::nats::NatsTransport;
 use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker};
 use support::nats::{

@@ -177,7 +177,7 @@ impl Server {
             }
         } else {
             let nats = ruststream_nats::testing::InProcessNats::new();
-            use ruststream_nats::transport::{StreamSpec, Transport as _};
+            use ruststream_nats::transport::{StreamAdmin as _, StreamSpec};
             for (name, subjects) in [("ORDERS", "orders.>"), ("RECEIPTS", "receipts.>")] {
                 nats.declare_stream(StreamSpec {
                     name: name.into(),
@@ -202,7 +202,7 @@ impl Server {
         payload: &str,
         timeout: Duration,
     ) -> Result<(String, ruststream::Headers), ruststream_nats::transport::TransportError> {
-        use ruststream_nats::transport::Transport as _;
+        use ruststream_nats::transport::CorePubSub as _;
         let (subject, payload) = (Arc::from(subject), payload.to_owned().into());
         let headers = ruststream::Headers::new();
         let response = match self {
@@ -298,7 +298,7 @@ impl Server {
     async fn create_stream(&self, name: &str, subject: &str) {
         match self {
             Self::InProcess(t) => {
-                use ruststream_nats::transport::{StreamSpec, Transport as _};
+                use ruststream_nats::transport::{StreamAdmin as _, StreamSpec};
                 t.nats()
                     .declare_stream(StreamSpec {
                         name: name.into(),

@@ -13,7 +13,7 @@ use std::time::Duration;
 use ruststream::{App as _, PublishErrorKind};
 use ruststream_nats::prelude::*;
 use ruststream_nats::testing::{InProcessNats, StoredMessage, TestApp};
-use ruststream_nats::transport::{StreamSpec, Transport as _, TransportOverride};
+use ruststream_nats::transport::{StreamAdmin as _, StreamSpec, TransportOverride};
 use ruststream_nats::{NatsClient, StoredAck};
 use serde::Deserialize;
 

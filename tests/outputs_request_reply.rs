@@ -309,7 +309,7 @@ async fn test_app_answers_requests_and_sends_them() {
 /// last subject), not the inbox a response would have gone to first.
 #[tokio::test]
 async fn headers_nats_cannot_carry_fail_naming_the_output_not_the_inbox() {
-    use ruststream_nats::transport::{Target, Transport as _};
+    use ruststream_nats::transport::{CorePubSub as _, Target};
     let (_server, client) = live_server().await;
     let transport = ruststream_nats::transport::nats::NatsTransport::new(client.clone());
     let inbox = client.new_inbox();

@@ -7,7 +7,7 @@ mod support;
 
 use ruststream_nats::prelude::*;
 use ruststream_nats::testing::{InProcessNats, TestApp};
-use ruststream_nats::transport::{StreamSpec, Transport as _};
+use ruststream_nats::transport::{StreamAdmin as _, StreamSpec};
 use serde::Deserialize;
 use support::logs::Logs;
 

@@ -26,7 +26,9 @@ use async_nats::jetstream;
 use futures::future::join_all;
 use ruststream::{App as _, AppInfo, Env, HandlerOutcome, Headers, RustStream, Scope};
 use ruststream_nats::testing::{ConsumerFacts, InProcessNats, TestApp};
-use ruststream_nats::transport::{StreamSpec, Transport as _, TransportOverride};
+use ruststream_nats::transport::{
+    CorePubSub as _, JetStreamPublish as _, StreamAdmin as _, StreamSpec, TransportOverride,
+};
 use ruststream_nats::{CoreSubject, JetStreamSubject, NatsBroker, NatsClient};
 use ruststream_test_server::client::stream_messages;
 use support::nats::*;

@@ -14,7 +14,7 @@ use ruststream::PublishErrorKind;
 use ruststream_nats::StreamDeclaration;
 use ruststream_nats::prelude::*;
 use ruststream_nats::testing::{InProcessNats, StreamLimits, TestApp};
-use ruststream_nats::transport::{StreamSpec, Transport as _};
+use ruststream_nats::transport::{StreamAdmin as _, StreamSpec};
 use ruststream_test_server::client::{create_stream, stream_messages};
 use serde::{Deserialize, Serialize};
 use support::nats::{

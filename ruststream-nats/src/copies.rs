@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::rate::RateLimited;
-use crate::transport::Transport;
+use crate::transport::CorePubSub;
 
 /// The header a Core retry copy carries: the attempt it came from (`1` on the first copy). The
 /// copy arrives as attempt `count + 1`.
@@ -37,7 +37,7 @@ const PUBLISHING_GRACE: Duration = Duration::from_secs(2);
 
 /// The copies of one broker: published at once, or waiting on their timers.
 pub(crate) struct Copies {
-    transport: Arc<dyn Transport>,
+    transport: Arc<dyn CorePubSub>,
     timers: Mutex<JoinSet<()>>,
     /// Copies whose timer has not fired yet.
     waiting: Arc<AtomicUsize>,
@@ -49,7 +49,7 @@ pub(crate) struct Copies {
 }
 
 impl Copies {
-    pub(crate) fn new(transport: Arc<dyn Transport>) -> Self {
+    pub(crate) fn new(transport: Arc<dyn CorePubSub>) -> Self {
         Self {
             transport,
             timers: Mutex::new(JoinSet::new()),
@@ -174,7 +174,7 @@ async fn until_closed(closed: &mut watch::Receiver<bool>) {
 }
 
 async fn publish_copy(
-    transport: &dyn Transport,
+    transport: &dyn CorePubSub,
     registration: &Arc<str>,
     target: &Arc<str>,
     headers: ruststream::Headers,

@@ -24,7 +24,7 @@ use ruststream::{Error, ErrorKind, Headers};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, BufReader};
 
 pub use crate::transport::in_process::InProcessNats;
-use crate::transport::{StreamDeclaration, StreamSpec, Transport};
+use crate::transport::{CorePubSub, StreamAdmin, StreamDeclaration, StreamSpec};
 
 /// The streams an app's JetStream descriptors read, each with the subjects they read from it:
 /// what the embedded NATS and `TestApp` declare before the app starts, and what a live test

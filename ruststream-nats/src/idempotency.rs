@@ -18,7 +18,7 @@ use bytes::Bytes;
 use ruststream::idempotency::Idempotency;
 use ruststream::settle::{AckKind, Decision, Settle};
 
-use crate::transport::{KvEntry, Transport, TransportError};
+use crate::transport::{KeyValue, KvEntry, TransportError};
 
 /// What a claim holds while its handler runs.
 const CLAIMED: &[u8] = b"claimed";
@@ -34,7 +34,7 @@ const TRIES: usize = 3;
 /// A registration's bucket, and how long its claims hold.
 #[derive(Clone)]
 pub(crate) struct Guard {
-    transport: Arc<dyn Transport>,
+    transport: Arc<dyn KeyValue>,
     bucket: String,
     claim: Duration,
     registration: Arc<str>,
@@ -110,7 +110,7 @@ pub(crate) fn store_key(key: &str) -> String {
 
 impl Guard {
     pub(crate) fn new(
-        transport: Arc<dyn Transport>,
+        transport: Arc<dyn KeyValue>,
         idempotency: &Idempotency,
         registration: &str,
     ) -> Self {

@@ -8,7 +8,7 @@ use ruststream::settle::DeliveryModel;
 use ruststream::{Error, ErrorKind};
 
 use crate::subject::overlaps;
-use crate::transport::{StreamSpec, Transport};
+use crate::transport::{StreamAdmin, StreamSpec};
 
 /// Every stream that stores a subject a `reply` handler answers requests on, as one sentence
 /// each: a request published there is answered by the stream's storage receipt
@@ -143,7 +143,7 @@ fn missing_bucket(name: &str, bucket: &str, known: &[StreamSpec]) -> Error {
 /// whose subject such a stream stores. Production refuses it alike (`missing_stream`).
 #[cfg_attr(not(feature = "testing"), allow(dead_code))] // `TestApp`'s
 pub(crate) async fn refuse_near_streams(
-    transport: &dyn Transport,
+    transport: &dyn StreamAdmin,
     declared: Vec<(String, Vec<String>)>,
     registrations: &[RegistrationInfo],
 ) -> Result<(), Error> {

@@ -47,7 +47,7 @@ pub use handler::{BatchContext, BatchOutcome, Handle, HandleBatch, OutputType, O
 pub use header::{CorrelationId, Header, TypedHeader};
 pub use outcome::HandlerOutcome;
 pub use outgoing::Outgoing;
-pub use publish::{CORRELATION_ID_HEADER, EncodedOutput, Origin, Publish};
+pub use publish::{CORRELATION_ID_HEADER, EncodedOutput, Origin, Publish, StoredAck};
 pub use registration::{
     Descriptor, Endpoint, Mount, Registration, WithDeliveryHandler, WithHandler,
 };

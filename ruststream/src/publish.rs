@@ -1,6 +1,5 @@
 //! The one thing every broker offers the runtime besides deliveries: publishing.
 
-use std::any::Any;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,6 +78,18 @@ impl<'a> EncodedOutput<'a> {
     }
 }
 
+/// A stream's acknowledgement of a stored publish ([`Publish::publish_stored`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAck {
+    /// The stream that stored the message.
+    pub stream: String,
+    /// Its sequence in the stream (for a duplicate, the first copy's).
+    pub sequence: u64,
+    /// Whether the stream had already stored a message with the same id (on NATS, its
+    /// `Nats-Msg-Id`) within its duplicate window, and dropped this one.
+    pub duplicate: bool,
+}
+
 /// Publishes messages on a broker. Implemented by each broker; the runtime and
 /// [`Context::publish`](crate::Context::publish) use it.
 pub trait Publish: Send + Sync {
@@ -149,18 +160,28 @@ pub trait Publish: Send + Sync {
         false
     }
 
-    /// The publisher as `Any`, for its broker crate to reach its own API (a NATS JetStream
-    /// publish with expectations, say) from a handler's [`Context`](crate::Context) or a
-    /// [`RunningApp`](crate::RunningApp). `None` by default.
-    fn as_any(&self) -> Option<&(dyn Any + Send + Sync)> {
-        None
-    }
-
     /// An owned handle on this publisher, for a handler call that runs on a registration's
     /// threads (`.threads(n)`) while the broker keeps the publisher it lent. `None` by
     /// default: such a registration's handler then runs on the app's runtime.
     fn to_shared(&self) -> Option<Arc<dyn Publish>> {
         None
+    }
+
+    /// Publishes `message` to the stream that stores its subject, whatever the broker last
+    /// learned of its streams, and returns the stream's acknowledgement ([`StoredAck`]); what a
+    /// broker crate's own client offers from a handler's [`Context`](crate::Context) or a
+    /// [`RunningApp`](crate::RunningApp) (a NATS JetStream publish with expectations, say). The
+    /// default cannot: an error of kind [`PublishErrorKind::Unsupported`].
+    fn publish_stored(
+        &self,
+        message: OutboundMessage,
+    ) -> BoxFuture<'_, Result<StoredAck, PublishError>> {
+        Box::pin(async move {
+            Err(
+                PublishError::new(PublishErrorKind::Unsupported, &*message.subject)
+                    .with_source("this broker does not publish to streams"),
+            )
+        })
     }
 
     /// Sends `message` as a request and waits up to `timeout` for one response, whose payload
@@ -340,5 +361,16 @@ mod tests {
                 .expect("published");
             assert_eq!(publisher.subjects(), ["output#3 answered"]);
         }
+    }
+
+    #[test]
+    fn the_default_stored_publish_is_unsupported_and_sends_nothing() {
+        let publisher = Recording::new(true, None);
+        let message = OutboundMessage::new("ledger.entries", Bytes::from_static(b"{}"));
+        let err = futures::executor::block_on(publisher.publish_stored(message))
+            .expect_err("no streams here");
+        assert_eq!(err.kind(), PublishErrorKind::Unsupported);
+        assert_eq!(err.subject(), "ledger.entries");
+        assert!(publisher.subjects().is_empty());
     }
 }

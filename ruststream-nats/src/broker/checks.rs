@@ -11,7 +11,7 @@ use ruststream::{Endpoint, Error, ErrorKind};
 use crate::publish::NatsPublisher;
 use crate::stream_checks::{missing_stream, requests_captured_by_streams};
 use crate::transport::nats::NatsTransport;
-use crate::transport::{StreamChanges, StreamSpec, Transport};
+use crate::transport::{PullConsumer, StreamAdmin, StreamChanges, StreamSpec, Transport};
 
 /// `check` against the server, changing nothing: every stream a JetStream registration reads
 /// exists or is declared, and every durable consumer that exists agrees with its descriptor.
@@ -149,7 +149,11 @@ pub(super) fn log_outputs(publisher: &NatsPublisher, endpoints: &[Endpoint]) {
 
 /// Whether stream `stream`, which registration `name` reads, exists; an error when the server
 /// cannot say.
-async fn stream_exists(transport: &dyn Transport, stream: &str, name: &str) -> Result<bool, Error> {
+async fn stream_exists(
+    transport: &dyn StreamAdmin,
+    stream: &str,
+    name: &str,
+) -> Result<bool, Error> {
     transport.stream_exists(stream).await.map_err(|err| {
         Error::new(
             ErrorKind::Broker,
@@ -209,7 +213,7 @@ pub(crate) fn refuse_captured_requests(
 
 /// Warns about each consumer without a durable name that will read, from its first message,
 /// a stream that already holds messages: every start handles them all again.
-async fn warn_rereads(transport: &dyn Transport, endpoints: &[Endpoint]) {
+async fn warn_rereads(transport: &dyn PullConsumer, endpoints: &[Endpoint]) {
     for endpoint in endpoints {
         let info = endpoint.info();
         if let Some(warning) = reread_warning(transport, info).await {
@@ -221,7 +225,7 @@ async fn warn_rereads(transport: &dyn Transport, endpoints: &[Endpoint]) {
 /// What `run` and `check` say of registration `info` when it reads its stream without a
 /// durable name from the first message, and the stream holds messages: `None` otherwise, or
 /// when the transport cannot tell.
-async fn reread_warning(transport: &dyn Transport, info: &RegistrationInfo) -> Option<String> {
+async fn reread_warning(transport: &dyn PullConsumer, info: &RegistrationInfo) -> Option<String> {
     let d = &info.descriptor;
     let (DeliveryModel::JetStream, Some(stream), None, DeliverPolicy::All) = (
         d.model,
@@ -245,7 +249,10 @@ async fn reread_warning(transport: &dyn Transport, info: &RegistrationInfo) -> O
 /// Core publish (confirmed by a flush) that only a subscriber listening at that moment
 /// receives, while the original is terminated. Said once at startup, as a warning; the app
 /// still starts, since a service listening on that subject is a legitimate design.
-pub(super) async fn warn_unstored_dead_letters(transport: &dyn Transport, endpoints: &[Endpoint]) {
+pub(super) async fn warn_unstored_dead_letters(
+    transport: &dyn StreamAdmin,
+    endpoints: &[Endpoint],
+) {
     for endpoint in endpoints {
         let info = endpoint.info();
         if info.descriptor.model != DeliveryModel::JetStream {

@@ -372,9 +372,8 @@ impl Broker for NatsBroker {
                     return Err(err);
                 }
             };
-            let copies = Arc::new(
-                Copies::new(Arc::clone(&transport)).with_max_waiting(self.max_delayed_copies),
-            );
+            let copies =
+                Arc::new(Copies::new(transport.clone()).with_max_waiting(self.max_delayed_copies));
             let (stop, signal) = watch::channel(None);
             let supervisor = Supervisor::new(
                 env.get::<ruststream::telemetry::Health>().cloned(),
@@ -434,7 +433,7 @@ impl Broker for NatsBroker {
                                 .with_source(err)
                             })?;
                         Some(Arc::new(crate::idempotency::Guard::new(
-                            Arc::clone(&transport),
+                            transport.clone(),
                             idempotency,
                             endpoint.name(),
                         )))

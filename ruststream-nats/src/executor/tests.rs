@@ -9,7 +9,10 @@ use ruststream::settle::{Facts, decide};
 use ruststream::{HandlerOutcome, Headers};
 
 use super::*;
-use crate::transport::{ConsumerSpec, StreamSpec, Subscription};
+use crate::transport::{
+    ConsumerSpec, CorePubSub, JetStreamPublish, KeyValue, PullConsumer, StreamAdmin, StreamSpec,
+    Subscription,
+};
 
 /// Records what reached the wire; a stored publish answers `stored`.
 struct Wire {
@@ -36,7 +39,7 @@ impl Wire {
     }
 }
 
-impl Transport for Wire {
+impl CorePubSub for Wire {
     fn publish(
         &self,
         subject: Arc<str>,
@@ -48,17 +51,6 @@ impl Transport for Wire {
             String::from_utf8_lossy(&payload)
         ));
         Box::pin(async { Ok(()) })
-    }
-
-    fn publish_stored(
-        &self,
-        subject: Arc<str>,
-        _headers: Headers,
-        _payload: Bytes,
-    ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        self.record(format!("stored {subject}"));
-        let result = (self.stored)();
-        Box::pin(async move { result })
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>> {
@@ -73,7 +65,22 @@ impl Transport for Wire {
     ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
         Box::pin(async { Err(TransportError::new(TransportErrorKind::Other, "unused")) })
     }
+}
 
+impl JetStreamPublish for Wire {
+    fn publish_stored(
+        &self,
+        subject: Arc<str>,
+        _headers: Headers,
+        _payload: Bytes,
+    ) -> BoxFuture<'_, Result<u64, TransportError>> {
+        self.record(format!("stored {subject}"));
+        let result = (self.stored)();
+        Box::pin(async move { result })
+    }
+}
+
+impl StreamAdmin for Wire {
     fn stream_exists(&self, _name: &str) -> BoxFuture<'_, Result<bool, TransportError>> {
         Box::pin(async { Ok(true) })
     }
@@ -89,11 +96,15 @@ impl Transport for Wire {
     fn declare_stream(&self, _spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(async { Ok(()) })
     }
+}
 
+impl PullConsumer for Wire {
     fn consume(&self, _spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>> {
         Box::pin(async { Err(TransportError::new(TransportErrorKind::Other, "unused")) })
     }
 }
+
+impl KeyValue for Wire {}
 
 struct Noop;
 

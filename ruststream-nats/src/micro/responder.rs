@@ -14,12 +14,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::service::{MicroService, Verb};
-use crate::transport::{RawMessage, Transport, TransportError, Unsubscribe};
+use crate::transport::{CorePubSub, RawMessage, Transport, TransportError, Unsubscribe};
 
 /// The running service: its subscriptions, and what it answers with.
 pub(crate) struct Responder {
     service: MicroService,
-    transport: Arc<dyn Transport>,
+    transport: Arc<dyn CorePubSub>,
     requests: BoxStream<'static, (Verb, Result<RawMessage, TransportError>)>,
     unsubscribes: Vec<Box<dyn Unsubscribe>>,
 }
@@ -71,7 +71,7 @@ pub(crate) async fn open(
     }
     Ok(Responder {
         service,
-        transport: Arc::clone(transport),
+        transport: transport.clone(),
         requests: select_all(streams).boxed(),
         unsubscribes,
     })
@@ -124,7 +124,7 @@ async fn stopped(stop: &mut watch::Receiver<Option<Instant>>) {
 /// Sends `service`'s response to `verb` to the request's reply subject.
 async fn answer(
     service: &MicroService,
-    transport: &dyn Transport,
+    transport: &dyn CorePubSub,
     verb: Verb,
     request: RawMessage,
 ) {

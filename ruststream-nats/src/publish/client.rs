@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ruststream::{OutboundMessage, PublishError, PublishErrorKind};
+use ruststream::{OutboundMessage, Publish, PublishError, PublishErrorKind};
 
 use super::{MSG_ID_HEADER, NatsPublisher};
 use crate::transport::StoredAck;
@@ -25,7 +25,9 @@ use crate::transport::StoredAck;
 /// [`NatsClient::from_context`] in a handler, or from `TestApp::client()`.
 #[derive(Clone)]
 pub struct NatsClient {
-    publisher: NatsPublisher,
+    /// The broker's publisher: a [`NatsPublisher`] unless the app runs another broker, whose
+    /// publisher then refuses what it cannot do (a stored publish, a request).
+    publisher: Arc<dyn Publish>,
 }
 
 impl std::fmt::Debug for NatsClient {
@@ -36,20 +38,22 @@ impl std::fmt::Debug for NatsClient {
 
 impl NatsClient {
     pub(crate) fn new(publisher: NatsPublisher) -> Self {
-        Self { publisher }
+        Self {
+            publisher: Arc::new(publisher),
+        }
     }
 
-    /// The client of a running app's (first) NATS broker; `None` when it has none.
+    /// The client of a running app's (first) broker that publishes; `None` when it has none.
     pub fn of(running: &ruststream::RunningApp) -> Option<Self> {
         let publisher = running.publisher()?;
-        let nats = publisher.as_any()?.downcast_ref::<NatsPublisher>()?;
-        Some(Self::new(nats.clone()))
+        Some(Self { publisher })
     }
 
-    /// The client of the broker handling `ctx`'s delivery; `None` when it is not NATS.
+    /// The client of the broker handling `ctx`'s delivery; `None` when its publisher cannot be
+    /// shared beyond the handling.
     pub fn from_context(ctx: &ruststream::Context<'_>) -> Option<Self> {
-        let nats = ctx.publisher().as_any()?.downcast_ref::<NatsPublisher>()?;
-        Some(Self::new(nats.clone()))
+        let publisher = ctx.publisher().to_shared()?;
+        Some(Self { publisher })
     }
 
     /// Publishes an [`Outgoing`](ruststream::Outgoing) value to its subject, confirmed by its
@@ -73,7 +77,7 @@ impl NatsClient {
                 ruststream::codec::Codec::content_type(&format),
             );
         }
-        self.publisher.send(message, None).await.map(drop)
+        self.publisher.publish(message).await
     }
 
     /// Publishes `value` as JSON to `subject`, confirmed by its stream when one stores it.
@@ -91,15 +95,14 @@ impl NatsClient {
         refuse_reserved(subject)?;
         let payload = encode(subject, value)?;
         self.publisher
-            .send(OutboundMessage::new(subject, payload), None)
+            .publish(OutboundMessage::new(subject, payload))
             .await
-            .map(drop)
     }
 
     /// A JetStream publish of `value` (JSON) to `subject`, to set up and [`send`](StoredPublish::send).
     pub fn stored<T: serde::Serialize + ?Sized>(&self, subject: &str, value: &T) -> StoredPublish {
         StoredPublish {
-            publisher: self.publisher.clone(),
+            publisher: Arc::clone(&self.publisher),
             message: encode(subject, value).map(|payload| OutboundMessage::new(subject, payload)),
         }
     }
@@ -121,7 +124,7 @@ impl NatsClient {
         let payload = encode(subject, value)?;
         let response = self
             .publisher
-            .ask(OutboundMessage::new(subject, payload), timeout)
+            .request(OutboundMessage::new(subject, payload), timeout)
             .await?;
         serde_json::from_slice(&response).map_err(|e| {
             PublishError::new(PublishErrorKind::Decode, subject).with_source(format!(
@@ -153,7 +156,7 @@ fn refuse_reserved(subject: &str) -> Result<(), PublishError> {
 /// [`send`](Self::send).
 #[must_use = "nothing is published until `send().await`"]
 pub struct StoredPublish {
-    publisher: NatsPublisher,
+    publisher: Arc<dyn Publish>,
     message: Result<OutboundMessage, PublishError>,
 }
 
@@ -217,6 +220,6 @@ impl StoredPublish {
     /// stores the subject, or the stream refused the message (naming the stream, its reason,
     /// and the expectations the publish set) or did not answer in time.
     pub async fn send(self) -> Result<StoredAck, PublishError> {
-        self.publisher.send_stored(self.message?).await
+        self.publisher.publish_stored(self.message?).await
     }
 }

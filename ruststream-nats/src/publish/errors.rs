@@ -4,7 +4,7 @@
 use ruststream::{PublishError, PublishErrorKind};
 
 use crate::subject::subject_problem;
-use crate::transport::{Refusal, Transport, TransportError, TransportErrorKind};
+use crate::transport::{Refusal, StreamAdmin, TransportError, TransportErrorKind};
 
 /// Refuses a subject one cannot `what` to (publish, send a request): a pattern or a subject
 /// the NATS rules refuse (`crate::subject`).
@@ -60,7 +60,7 @@ pub(super) fn publish_error_kind(
 
 /// Whether no stream stores `subject`, as `transport` says when asked now; `false` when it
 /// cannot say (a stream not answering is not taken for a stream gone).
-pub(crate) async fn stream_is_gone(transport: &dyn Transport, subject: &str) -> bool {
+pub(crate) async fn stream_is_gone(transport: &dyn StreamAdmin, subject: &str) -> bool {
     match transport.stream_by_subject(subject).await {
         Ok(stream) => stream.is_none(),
         Err(err) => {

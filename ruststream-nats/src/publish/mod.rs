@@ -32,7 +32,6 @@ use self::errors::{broker_error, not_stored, refuse_invalid};
 pub(crate) use self::streams::StreamWatch;
 use self::streams::{StoredSubjects, learn};
 
-use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -99,7 +98,9 @@ pub(crate) struct AwaitedRequest;
 pub(crate) struct NatsPublisher {
     transport: Arc<dyn Transport>,
     stored: Arc<StoredSubjects>,
-    /// The transport's [`Transport::hands_writes_to_a_task`], asked once.
+    /// The transport's
+    /// [`hands_writes_to_a_task`](crate::transport::CorePubSub::hands_writes_to_a_task), asked
+    /// once.
     yields_after_response: bool,
 }
 
@@ -146,7 +147,7 @@ impl NatsPublisher {
         };
         self.stored.watched.store(true, Ordering::Release);
         StreamWatch {
-            transport: Arc::clone(&self.transport),
+            transport: self.transport.clone(),
             stored: Arc::clone(&self.stored),
             advisories,
         }
@@ -453,8 +454,11 @@ impl Publish for NatsPublisher {
         Box::pin(self.ask(message, timeout))
     }
 
-    fn as_any(&self) -> Option<&(dyn Any + Send + Sync)> {
-        Some(self)
+    fn publish_stored(
+        &self,
+        message: OutboundMessage,
+    ) -> BoxFuture<'_, Result<StoredAck, PublishError>> {
+        Box::pin(self.send_stored(message))
     }
 
     fn to_shared(&self) -> Option<Arc<dyn Publish>> {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::RELEARN_AFTER;
 use crate::subject::matches;
-use crate::transport::{StreamSpec, Subscription, Transport};
+use crate::transport::{StreamAdmin, StreamSpec, Subscription};
 
 /// Which subjects the streams store, as last learned.
 #[derive(Debug, Default)]
@@ -111,7 +111,7 @@ impl StoredSubjects {
 /// [`RELEARN_AFTER`] in any case (a connection not allowed to see the advisories, one missed
 /// while the link was down).
 pub(crate) struct StreamWatch {
-    pub(super) transport: Arc<dyn Transport>,
+    pub(super) transport: Arc<dyn StreamAdmin>,
     pub(super) stored: Arc<StoredSubjects>,
     pub(super) advisories: Option<Subscription>,
 }
@@ -161,7 +161,7 @@ impl StreamWatch {
     }
 }
 
-pub(super) async fn learn(transport: &dyn Transport, stored: &StoredSubjects) {
+pub(super) async fn learn(transport: &dyn StreamAdmin, stored: &StoredSubjects) {
     match transport.streams().await {
         Ok(streams) => stored.set(streams),
         Err(err) => tracing::debug!(

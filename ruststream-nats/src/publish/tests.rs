@@ -5,7 +5,10 @@ use std::sync::Mutex;
 use ruststream::{Delivery, Headers};
 
 use super::*;
-use crate::transport::{ConsumerSpec, StreamSpec, Subscription, TransportError};
+use crate::transport::{
+    ConsumerSpec, CorePubSub, JetStreamPublish, KeyValue, PullConsumer, StreamAdmin, StreamSpec,
+    Subscription, TransportError,
+};
 
 /// A wire whose stream `OUT` stores `out.>` and answers stored publishes with `answer`.
 struct Wire {
@@ -15,14 +18,14 @@ struct Wire {
     sent: Mutex<Vec<(String, Headers)>>,
     /// Streams besides `OUT`, created as the test goes.
     more: Mutex<Vec<StreamSpec>>,
-    /// What [`Transport::hands_writes_to_a_task`] answers.
+    /// What [`CorePubSub::hands_writes_to_a_task`] answers.
     hands_off: bool,
-    /// What [`Transport::stream_by_subject`] answers: no stream by default (`Err(())`: the
+    /// What [`StreamAdmin::stream_by_subject`] answers: no stream by default (`Err(())`: the
     /// server cannot say).
     storing_now: Mutex<Result<Option<&'static str>, ()>>,
 }
 
-impl Transport for Wire {
+impl CorePubSub for Wire {
     fn publish(
         &self,
         subject: Arc<str>,
@@ -44,6 +47,24 @@ impl Transport for Wire {
         Box::pin(async { Ok(()) })
     }
 
+    fn hands_writes_to_a_task(&self) -> bool {
+        self.hands_off
+    }
+
+    fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn subscribe(
+        &self,
+        _subject: String,
+        _queue_group: Option<String>,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async { Err(TransportError::new(TransportErrorKind::Other, "unused")) })
+    }
+}
+
+impl JetStreamPublish for Wire {
     fn publish_stored(
         &self,
         _subject: Arc<str>,
@@ -66,11 +87,9 @@ impl Transport for Wire {
         let answer = (self.answer)();
         Box::pin(async move { answer })
     }
+}
 
-    fn hands_writes_to_a_task(&self) -> bool {
-        self.hands_off
-    }
-
+impl StreamAdmin for Wire {
     fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
         let mut streams = vec![StreamSpec {
             name: "OUT".into(),
@@ -78,18 +97,6 @@ impl Transport for Wire {
         }];
         streams.extend(self.more.lock().expect("not poisoned").iter().cloned());
         Box::pin(async move { Ok(streams) })
-    }
-
-    fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>> {
-        Box::pin(async { Ok(()) })
-    }
-
-    fn subscribe(
-        &self,
-        _subject: String,
-        _queue_group: Option<String>,
-    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
-        Box::pin(async { Err(TransportError::new(TransportErrorKind::Other, "unused")) })
     }
 
     fn stream_exists(&self, _name: &str) -> BoxFuture<'_, Result<bool, TransportError>> {
@@ -113,11 +120,15 @@ impl Transport for Wire {
     fn declare_stream(&self, _spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(async { Ok(()) })
     }
+}
 
+impl PullConsumer for Wire {
     fn consume(&self, _spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>> {
         Box::pin(async { Err(TransportError::new(TransportErrorKind::Other, "unused")) })
     }
 }
+
+impl KeyValue for Wire {}
 
 impl Wire {
     /// Creates stream `name` storing `subject` (the wire announces nothing: its `subscribe`

@@ -35,6 +35,7 @@ use super::wire::{Wire, round_trip};
 use crate::embedded::streams_of;
 use crate::subject::matches;
 use crate::transport::nats::{NatsTransport, from_header_map, to_header_map};
+use crate::transport::{CorePubSub, JetStreamPublish, StreamAdmin};
 use crate::transport::{RawMessage, Transport, TransportError, TransportErrorKind};
 use crate::{JetStreamInfo, RETRY_COUNT_HEADER};
 

@@ -137,7 +137,7 @@ pub use crate::transport::RawMessage;
 pub use crate::transport::in_process::{
     ConsumerFacts, InProcessNats, MAX_PAYLOAD, StoredMessage, StreamLimits,
 };
-use crate::transport::{Transport, TransportOverride};
+use crate::transport::{CorePubSub, Transport, TransportOverride};
 
 /// How many yields in a row must see no change before [`TestApp::settle`] returns.
 pub const QUIET_ROUNDS: u32 = 16;

@@ -61,17 +61,9 @@ pub enum TransportErrorKind {
     Other,
 }
 
-/// A stream's acknowledgement of a stored publish.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredAck {
-    /// The stream that stored the message.
-    pub stream: String,
-    /// Its sequence in the stream (for a duplicate, the first copy's).
-    pub sequence: u64,
-    /// Whether the stream had already stored a message with the same `Nats-Msg-Id` within its
-    /// duplicate window, and dropped this one.
-    pub duplicate: bool,
-}
+/// A stream's acknowledgement of a stored publish: the core's, which
+/// [`Publish::publish_stored`](ruststream::Publish::publish_stored) returns too.
+pub use ruststream::StoredAck;
 
 impl TransportError {
     /// An error of `kind`.

@@ -24,8 +24,8 @@ pub struct RawMessage {
 
 /// A message's reply subject as the transport handed it over: a shared string, or the
 /// subject as async-nats received it. A JetStream delivery's is where its acknowledgement goes
-/// ([`Transport::acknowledge`](super::Transport::acknowledge)): kept in the client's form, it
-/// goes back to the client without a copy.
+/// ([`PullConsumer::acknowledge`](super::PullConsumer::acknowledge)): kept in the client's
+/// form, it goes back to the client without a copy.
 #[derive(Debug, Clone)]
 pub struct ReplySubject(ReplyForm);
 

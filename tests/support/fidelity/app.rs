@@ -300,7 +300,7 @@ impl AppWire {
     /// The value key `key` holds in key-value bucket `bucket` on the server, if any.
     pub async fn kv_value(&self, bucket: &str, key: &str) -> Option<String> {
         let value = match self {
-            Self::InProcess(t) => ruststream_nats::transport::Transport::kv_get(
+            Self::InProcess(t) => ruststream_nats::transport::KeyValue::kv_get(
                 t.nats(),
                 bucket.to_owned(),
                 key.to_owned(),
@@ -323,7 +323,7 @@ impl AppWire {
     /// Writes `value` to `key` of bucket `bucket` on the server (in process, created when
     /// missing, with `max_age`), as another process would.
     pub async fn kv_put(&self, bucket: &str, max_age: Duration, key: &str, value: &str) {
-        use ruststream_nats::transport::Transport;
+        use ruststream_nats::transport::KeyValue;
         let value = bytes::Bytes::copy_from_slice(value.as_bytes());
         match self {
             Self::InProcess(t) => {

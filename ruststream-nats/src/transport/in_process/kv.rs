@@ -8,9 +8,11 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 
-use crate::transport::{KvEntry, TransportError, TransportErrorKind};
+use super::InProcessNats;
+use crate::transport::{KeyValue, KvEntry, TransportError, TransportErrorKind};
 
 #[derive(Default)]
 pub(super) struct Buckets(Mutex<HashMap<String, Bucket>>);
@@ -165,5 +167,46 @@ fn check_key(bucket: &str, key: &str) -> Result<(), TransportError> {
             TransportErrorKind::Invalid,
             format!("cannot use key `{key}` of key-value bucket `{bucket}`: invalid key"),
         ))
+    }
+}
+
+impl KeyValue for InProcessNats {
+    fn kv_bucket(
+        &self,
+        bucket: String,
+        max_age: Duration,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move { self.shared.kv.declare(&bucket, max_age) })
+    }
+
+    fn kv_get(
+        &self,
+        bucket: String,
+        key: String,
+    ) -> BoxFuture<'_, Result<Option<KvEntry>, TransportError>> {
+        Box::pin(async move { self.shared.kv.get(&bucket, &key) })
+    }
+
+    fn kv_create(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        Box::pin(async move { self.shared.kv.create(&bucket, &key, value) })
+    }
+
+    fn kv_update(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+        revision: u64,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        Box::pin(async move { self.shared.kv.update(&bucket, &key, value, revision) })
+    }
+
+    fn kv_delete(&self, bucket: String, key: String) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move { self.shared.kv.delete(&bucket, &key) })
     }
 }

@@ -1,4 +1,5 @@
-//! NATS emulated inside the process, for tests: the [`Transport`] behind `testing::TestApp`.
+//! NATS emulated inside the process, for tests: the [`Transport`](super::Transport) behind
+//! `testing::TestApp`.
 //!
 //! [`InProcessNats`] follows the server's rules closely enough that the unchanged runtime
 //! (sources, dispatch, settlement, executor, copies, dead letters) runs on it:
@@ -19,11 +20,11 @@
 //! Every deadline is on tokio's clock, so under `#[tokio::test(start_paused = true)]` a 30 s
 //! delay passes as soon as nothing else can run.
 //!
-//! This file holds the handle and its `Transport` methods; `state/` the server's state and
+//! This file holds the handle and its transport methods; `state/` the server's state and
 //! rules, `feed.rs` how the runtime reads and stops a subscription or pull (and the timer
-//! driver), `checks.rs` what is refused before anything happens, `kv.rs` key-value buckets,
-//! `facts.rs` what a test reads back, `direct.rs` what a test does besides (create,
-//! delete and fetch from a consumer).
+//! driver), `checks.rs` what is refused before anything happens, `kv.rs` key-value buckets
+//! (and the `KeyValue` methods), `facts.rs` what a test reads back, `direct.rs` what a test
+//! does besides (create, delete and fetch from a consumer).
 
 mod checks;
 mod direct;
@@ -52,13 +53,14 @@ pub use self::facts::{ConsumerFacts, StoredMessage, StreamLimits};
 use self::feed::{Feed, Stop, drive};
 use self::state::{FeedKey, State};
 use super::{
-    ConsumerSpec, KvEntry, MessageStream, RawMessage, StoredAck, StreamChanges, StreamDeclaration,
-    StreamSpec, Transport, TransportError, TransportErrorKind, Unsubscribe,
+    ConsumerSpec, CorePubSub, JetStreamPublish, MessageStream, PullConsumer, RawMessage, StoredAck,
+    StreamAdmin, StreamChanges, StreamDeclaration, StreamSpec, TransportError, TransportErrorKind,
+    Unsubscribe,
 };
 
 /// A NATS server (Core and JetStream) emulated inside the process.
 ///
-/// A cheap handle: clones share one server. Use it as a [`Transport`] (for
+/// A cheap handle: clones share one server. Use it as a [`Transport`](super::Transport) (for
 /// `testing::TestApp`, or directly), and ask it what a test would ask a real server:
 /// [`consumer_info`](Self::consumer_info), [`stream_messages`](Self::stream_messages),
 /// [`published`](Self::published).
@@ -66,7 +68,7 @@ use super::{
 /// ```
 /// use ruststream::Headers;
 /// use ruststream_nats::testing::InProcessNats;
-/// use ruststream_nats::transport::{StreamSpec, Transport};
+/// use ruststream_nats::transport::{JetStreamPublish, StreamAdmin, StreamSpec};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -240,7 +242,7 @@ impl Shared {
     }
 }
 
-impl Transport for InProcessNats {
+impl CorePubSub for InProcessNats {
     fn publish(
         &self,
         subject: Arc<str>,
@@ -255,44 +257,6 @@ impl Transport for InProcessNats {
             self.poke();
             Ok(())
         })
-    }
-
-    fn publish_stored(
-        &self,
-        subject: Arc<str>,
-        headers: Headers,
-        payload: Bytes,
-    ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        Box::pin(async move {
-            check_subject(&subject, false)?;
-            check_payload(&subject, &headers, &payload)?;
-            let stored = self
-                .state()
-                .publish_stored(subject, headers, payload, Instant::now());
-            self.poke();
-            stored
-        })
-    }
-
-    fn publish_confirmed(
-        &self,
-        subject: Arc<str>,
-        headers: Headers,
-        payload: Bytes,
-    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
-        Box::pin(async move {
-            check_subject(&subject, false)?;
-            check_payload(&subject, &headers, &payload)?;
-            let stored = self
-                .state()
-                .publish_confirmed(subject, headers, payload, Instant::now());
-            self.poke();
-            stored
-        })
-    }
-
-    fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
-        Box::pin(async move { Ok(self.state().streams()) })
     }
 
     fn request(
@@ -343,17 +307,6 @@ impl Transport for InProcessNats {
         })
     }
 
-    fn stream_by_subject(
-        &self,
-        subject: &str,
-    ) -> BoxFuture<'_, Result<Option<String>, TransportError>> {
-        let subject = subject.to_owned();
-        Box::pin(async move {
-            check_subject(&subject, true)?;
-            Ok(self.state().stream_storing(&subject))
-        })
-    }
-
     fn flush(&self) -> BoxFuture<'_, Result<(), TransportError>> {
         Box::pin(async { Ok(()) })
     }
@@ -375,10 +328,63 @@ impl Transport for InProcessNats {
             Ok((self.feed(rx, key), stop))
         })
     }
+}
+
+impl JetStreamPublish for InProcessNats {
+    fn publish_stored(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<u64, TransportError>> {
+        Box::pin(async move {
+            check_subject(&subject, false)?;
+            check_payload(&subject, &headers, &payload)?;
+            let stored = self
+                .state()
+                .publish_stored(subject, headers, payload, Instant::now());
+            self.poke();
+            stored
+        })
+    }
+
+    fn publish_confirmed(
+        &self,
+        subject: Arc<str>,
+        headers: Headers,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        Box::pin(async move {
+            check_subject(&subject, false)?;
+            check_payload(&subject, &headers, &payload)?;
+            let stored = self
+                .state()
+                .publish_confirmed(subject, headers, payload, Instant::now());
+            self.poke();
+            stored
+        })
+    }
+}
+
+impl StreamAdmin for InProcessNats {
+    fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
+        Box::pin(async move { Ok(self.state().streams()) })
+    }
 
     fn stream_exists(&self, name: &str) -> BoxFuture<'_, Result<bool, TransportError>> {
         let name = name.to_owned();
         Box::pin(async move { Ok(self.state().stream_exists(&name)) })
+    }
+
+    fn stream_by_subject(
+        &self,
+        subject: &str,
+    ) -> BoxFuture<'_, Result<Option<String>, TransportError>> {
+        let subject = subject.to_owned();
+        Box::pin(async move {
+            check_subject(&subject, true)?;
+            Ok(self.state().stream_storing(&subject))
+        })
     }
 
     fn declare_stream(&self, spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
@@ -403,7 +409,9 @@ impl Transport for InProcessNats {
             self.state().declare_stream(spec)
         })
     }
+}
 
+impl PullConsumer for InProcessNats {
     fn consume(
         &self,
         spec: ConsumerSpec,
@@ -429,44 +437,5 @@ impl Transport for InProcessNats {
             });
             Ok((self.feed(rx, key), stop))
         })
-    }
-
-    fn kv_bucket(
-        &self,
-        bucket: String,
-        max_age: Duration,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        Box::pin(async move { self.shared.kv.declare(&bucket, max_age) })
-    }
-
-    fn kv_get(
-        &self,
-        bucket: String,
-        key: String,
-    ) -> BoxFuture<'_, Result<Option<KvEntry>, TransportError>> {
-        Box::pin(async move { self.shared.kv.get(&bucket, &key) })
-    }
-
-    fn kv_create(
-        &self,
-        bucket: String,
-        key: String,
-        value: Bytes,
-    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
-        Box::pin(async move { self.shared.kv.create(&bucket, &key, value) })
-    }
-
-    fn kv_update(
-        &self,
-        bucket: String,
-        key: String,
-        value: Bytes,
-        revision: u64,
-    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
-        Box::pin(async move { self.shared.kv.update(&bucket, &key, value, revision) })
-    }
-
-    fn kv_delete(&self, bucket: String, key: String) -> BoxFuture<'_, Result<(), TransportError>> {
-        Box::pin(async move { self.shared.kv.delete(&bucket, &key) })
     }
 }

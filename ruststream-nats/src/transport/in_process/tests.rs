@@ -5,7 +5,7 @@ use std::sync::Arc;
 use ruststream::Headers;
 
 use super::InProcessNats;
-use crate::transport::{StreamSpec, Transport, TransportErrorKind};
+use crate::transport::{CorePubSub, JetStreamPublish, StreamAdmin, StreamSpec, TransportErrorKind};
 
 #[tokio::test(start_paused = true)]
 async fn a_token_mixing_a_wildcard_with_text_is_refused_as_the_broker_refuses_it() {

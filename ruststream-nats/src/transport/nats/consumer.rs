@@ -5,10 +5,29 @@
 use async_nats::jetstream::consumer::FromConsumer;
 use async_nats::jetstream::{self, consumer};
 
-use super::NatsTransport;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use ruststream::Headers;
+
 use super::errors::{consumer_error, get_stream_error};
-use crate::transport::{ConsumerSpec, StreamPlace, TransportError, TransportErrorKind};
+use super::pull::{Lookahead, Puller};
+use super::reading::{Pumped, reading};
+use super::{NatsTransport, core_publish_error};
+use crate::transport::{
+    ConsumerSpec, CorePubSub, PullConsumer, ReplySubject, StreamPlace, Subscription,
+    TransportError, TransportErrorKind,
+};
 use ruststream::registration::DeliverPolicy;
+
+/// The most messages a registration of single messages keeps ahead of its handlers (a batch
+/// handler: its batch size, when larger). `pull.rs` says how much it actually keeps.
+const PULL_MAX: usize = 256;
+
+/// How long a confirmed settlement waits for the server's answer.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl NatsTransport {
     /// Where the durable consumer `spec` stands: created, kept, updated, or in conflict.
@@ -267,4 +286,103 @@ fn conflict_error(stream: &str, durable: &str, conflicts: &[String]) -> Transpor
             conflicts.join(" and ")
         ),
     )
+}
+
+impl PullConsumer for NatsTransport {
+    fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async move {
+            let consumer = self.open_consumer(&spec).await?;
+            let info = consumer.cached_info();
+            let lookahead = Lookahead {
+                start: spec.batch,
+                max: spec.batch.max(PULL_MAX),
+                ack_wait: spec.ack_wait,
+                expires: spec.expires,
+            };
+            let puller = Puller::open(
+                (*self.client).clone(),
+                &info.stream_name,
+                &info.name,
+                lookahead,
+            )
+            .await?;
+            if let (Some(events), Some(sid)) = (&self.events, puller.sid()) {
+                events.pulling(sid, &info.name, &info.stream_name);
+            }
+            Ok(reading(Pumped::Pull(Box::new(puller))))
+        })
+    }
+
+    fn settle_confirmed(
+        &self,
+        subject: Arc<str>,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            let target = async_nats::Subject::from(&*subject);
+            let asked = tokio::time::timeout(CONFIRM_TIMEOUT, self.client.request(target, payload));
+            match asked.await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(err)) => Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!("the server did not confirm the settlement on `{subject}`"),
+                )
+                .with_cause(err)),
+                Err(_) => Err(TransportError::new(
+                    TransportErrorKind::Other,
+                    format!(
+                        "the server did not confirm the settlement on `{subject}` within {CONFIRM_TIMEOUT:?}"
+                    ),
+                )),
+            }
+        })
+    }
+
+    fn acknowledge(
+        &self,
+        subject: &ReplySubject,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let headers = crate::telemetry::with_context(Headers::new());
+        if !headers.is_empty() {
+            // A trace context to carry: published as any message with headers.
+            return self.publish(subject.to_shared(), headers, payload);
+        }
+        let subject = subject.clone();
+        Box::pin(async move {
+            // The delivery's own subject, as the client handed it over: no copy.
+            self.client
+                .publish(subject.to_client(), payload)
+                .await
+                .map_err(|err| core_publish_error(&subject, err))
+        })
+    }
+
+    fn stream_place(
+        &self,
+        stream: String,
+    ) -> BoxFuture<'_, Result<Option<StreamPlace>, TransportError>> {
+        Box::pin(async move { self.place_of(&stream).await.map(Some) })
+    }
+
+    fn resume(
+        &self,
+        spec: ConsumerSpec,
+        start_sequence: u64,
+    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
+        Box::pin(async move {
+            let deliver_policy = self.resume_policy(&spec, start_sequence).await;
+            tracing::info!(
+                stream = %spec.stream,
+                consumer = spec.durable.as_deref().unwrap_or("(ephemeral)"),
+                ?deliver_policy,
+                "opening the consumer again from where the registration stood"
+            );
+            self.consume(ConsumerSpec {
+                deliver_policy,
+                ..spec
+            })
+            .await
+        })
+    }
 }

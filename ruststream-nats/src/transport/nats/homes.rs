@@ -1,3 +1,6 @@
+// The idle homes are kept as `dyn Any` and downcast on reuse because the future they hold is
+// an `async fn`'s, whose type stable Rust cannot name in `NatsTransport`'s `homes` field.
+
 //! Homes for stored publishes' futures, kept for the next publish.
 //!
 //! A stored publish waits for the stream's acknowledgement through async-nats's

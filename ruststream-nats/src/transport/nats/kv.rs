@@ -4,10 +4,13 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
+use bytes::Bytes;
+use futures::future::BoxFuture;
 use ruststream::BoxError;
 
 use super::NatsTransport;
-use crate::transport::{TransportError, TransportErrorKind};
+use super::errors::kv_error;
+use crate::transport::{KeyValue, KvEntry, TransportError, TransportErrorKind};
 
 impl NatsTransport {
     /// Sets the `max_age` of existing bucket `bucket` when it differs (the window changed).
@@ -113,5 +116,88 @@ impl NatsTransport {
         };
         open.insert(bucket.to_owned(), store.clone());
         Ok(store)
+    }
+}
+
+impl KeyValue for NatsTransport {
+    fn kv_bucket(
+        &self,
+        bucket: String,
+        max_age: Duration,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move { self.kv_store(&bucket, Some(max_age)).await.map(drop) })
+    }
+
+    fn kv_get(
+        &self,
+        bucket: String,
+        key: String,
+    ) -> BoxFuture<'_, Result<Option<KvEntry>, TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            let entry = store
+                .entry(key.as_str())
+                .await
+                .map_err(|err| kv_error(&bucket, &key, "read", err))?;
+            Ok(entry
+                .filter(|e| e.operation == jetstream::kv::Operation::Put)
+                .map(|e| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos());
+                    let written = u128::try_from(e.created.unix_timestamp_nanos()).unwrap_or(0);
+                    let age = u64::try_from(now.saturating_sub(written)).unwrap_or(u64::MAX);
+                    KvEntry {
+                        value: e.value,
+                        revision: e.revision,
+                        age: Duration::from_nanos(age),
+                    }
+                }))
+        })
+    }
+
+    fn kv_create(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            match store.create(key.as_str(), value).await {
+                Ok(revision) => Ok(Some(revision)),
+                Err(err) if err.kind() == jetstream::kv::CreateErrorKind::AlreadyExists => Ok(None),
+                Err(err) => Err(kv_error(&bucket, &key, "create", err)),
+            }
+        })
+    }
+
+    fn kv_update(
+        &self,
+        bucket: String,
+        key: String,
+        value: Bytes,
+        revision: u64,
+    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            match store.update(key.as_str(), value, revision).await {
+                Ok(revision) => Ok(Some(revision)),
+                Err(err) if err.kind() == jetstream::kv::UpdateErrorKind::WrongLastRevision => {
+                    Ok(None)
+                }
+                Err(err) => Err(kv_error(&bucket, &key, "update", err)),
+            }
+        })
+    }
+
+    fn kv_delete(&self, bucket: String, key: String) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(async move {
+            let store = self.kv_store(&bucket, None).await?;
+            store
+                .delete(key.as_str())
+                .await
+                .map_err(|err| kv_error(&bucket, &key, "delete", err))
+        })
     }
 }

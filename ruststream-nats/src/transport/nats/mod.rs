@@ -1,6 +1,3 @@
-// Over 500 lines: the one `Transport` impl for async-nats is about 400 of them, and a trait impl
-// is one block; what is not that impl lives in the files the module docs list.
-
 //! The production transport: one async-nats client, for Core NATS and JetStream.
 //!
 //! A subscription or a pull consumer is read in the runtime's own task, straight from the
@@ -24,7 +21,8 @@
 //! (stored publishes' futures kept for the next one), `pull.rs` (the continuous pull of one
 //! consumer), `reading.rs` (reading a subscription or a pull in the runtime's
 //! task, and stopping it), `headers.rs` (headers to and from async-nats), `errors.rs` (async-nats
-//! errors as [`TransportError`]s). This file holds the transport and its `Transport` methods.
+//! errors as [`TransportError`]s). This file holds the transport and its Core and JetStream
+//! publishes; `streams.rs`, `consumer.rs` and `kv.rs` hold the other capabilities' impls.
 
 mod answer;
 mod bounded;
@@ -47,34 +45,26 @@ use futures::future::BoxFuture;
 use ruststream::{BoxError, Headers};
 
 use self::answer::read_stored_ack;
-use self::errors::{kv_error, stored_publish_error, stored_request_error};
+use self::errors::{stored_publish_error, stored_request_error};
 pub use self::headers::{from_header_map, to_header_map};
 use self::homes::Homes;
-use self::pull::{Lookahead, Puller};
 use self::reading::{Pumped, raw, reading};
 use super::{
-    ConsumerSpec, KvEntry, RawMessage, Refusal, ReplySubject, StoredAck, StreamChanges,
-    StreamDeclaration, StreamPlace, StreamSpec, Subscription, Target, Transport, TransportError,
-    TransportErrorKind,
+    CorePubSub, JetStreamPublish, RawMessage, Refusal, StoredAck, Subscription, Target,
+    TransportError, TransportErrorKind,
 };
 use crate::events::{Events, subscription_id};
 
 /// How long [`NatsTransport::round_trip`] waits for the server.
 const ROUND_TRIP_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The most messages a registration of single messages keeps ahead of its handlers (a batch
-/// handler: its batch size, when larger). `pull.rs` says how much it actually keeps.
-const PULL_MAX: usize = 256;
-
 /// How long a stored publish waits for the stream's acknowledgement: async-nats's JetStream
 /// default, which it waited before [`NatsTransport::stored`] sent the request itself.
 const STORED_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long a confirmed settlement waits for the server's answer.
-const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// [`Transport`] over one async-nats client: Core publishes and subscriptions, and JetStream
-/// (streams, pull consumers, stored publishes) on the same connection.
+/// [`Transport`](super::Transport) over one async-nats client: Core publishes and
+/// subscriptions, and JetStream (streams, pull consumers, stored publishes) on the same
+/// connection.
 #[derive(Clone)]
 pub struct NatsTransport {
     /// Shared, so that a stored publish's future owns its client (and can be kept in
@@ -170,7 +160,8 @@ impl NatsTransport {
     }
 
     /// Publishes to a stream and waits for its acknowledgement ([`stored`]), in a kept home
-    /// (`homes.rs`): what [`Transport::publish_stored`] and [`Transport::publish_confirmed`]
+    /// (`homes.rs`): what [`JetStreamPublish::publish_stored`] and
+    /// [`JetStreamPublish::publish_confirmed`]
     /// do.
     fn stored(
         &self,
@@ -257,7 +248,7 @@ fn core_publish_error(subject: &str, err: async_nats::client::PublishError) -> T
     .with_cause(err)
 }
 
-impl Transport for NatsTransport {
+impl CorePubSub for NatsTransport {
     fn publish(
         &self,
         subject: Arc<str>,
@@ -300,58 +291,6 @@ impl Transport for NatsTransport {
     // async-nats's `publish` sends the message to the connection's task, which writes it.
     fn hands_writes_to_a_task(&self) -> bool {
         true
-    }
-
-    fn publish_stored(
-        &self,
-        subject: Arc<str>,
-        headers: Headers,
-        payload: Bytes,
-    ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        let headers = to_header_map(&crate::telemetry::with_context(headers));
-        Box::pin(async move {
-            let ack = self
-                .stored(Target::Shared(subject), headers?, payload)
-                .await?;
-            Ok(ack.sequence)
-        })
-    }
-
-    fn publish_confirmed(
-        &self,
-        subject: Arc<str>,
-        headers: Headers,
-        payload: Bytes,
-    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
-        match to_header_map(&crate::telemetry::with_context(headers)) {
-            Ok(headers) => Box::pin(self.stored(Target::Shared(subject), headers, payload)),
-            Err(err) => Box::pin(std::future::ready(Err(err))),
-        }
-    }
-
-    fn publish_confirmed_lent(
-        &self,
-        subject: Target,
-        headers: &Headers,
-        msg_id: Option<String>,
-        payload: Bytes,
-    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
-        // Converted before the future is made, so that the boxed future is the publish's own
-        // rather than an `async` block wrapping it (one state machine fewer to move).
-        let converted = self::headers::header_map_with_context(headers).and_then(|mut map| {
-            if let Some(id) = msg_id {
-                self::headers::insert_msg_id(&mut map, id)?;
-            }
-            Ok(map)
-        });
-        match converted {
-            Ok(headers) => Box::pin(self.stored(subject, headers, payload)),
-            Err(err) => Box::pin(std::future::ready(Err(err))),
-        }
-    }
-
-    fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
-        Box::pin(self.list_streams())
     }
 
     fn request(
@@ -449,207 +388,55 @@ impl Transport for NatsTransport {
             })
         })
     }
+}
 
-    fn stream_exists(&self, name: &str) -> BoxFuture<'_, Result<bool, TransportError>> {
-        let name = name.to_owned();
-        Box::pin(async move { self.has_stream(&name).await })
-    }
-
-    fn stream_by_subject(
-        &self,
-        subject: &str,
-    ) -> BoxFuture<'_, Result<Option<String>, TransportError>> {
-        let subject = subject.to_owned();
-        Box::pin(async move { self.storing(&subject).await })
-    }
-
-    fn declare_stream(&self, spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
-        Box::pin(self.declare(spec))
-    }
-
-    fn declare_stream_with(
-        &self,
-        declaration: StreamDeclaration,
-    ) -> BoxFuture<'_, Result<StreamChanges, TransportError>> {
-        Box::pin(self.declare_with(declaration))
-    }
-
-    fn consume(&self, spec: ConsumerSpec) -> BoxFuture<'_, Result<Subscription, TransportError>> {
-        Box::pin(async move {
-            let consumer = self.open_consumer(&spec).await?;
-            let info = consumer.cached_info();
-            let lookahead = Lookahead {
-                start: spec.batch,
-                max: spec.batch.max(PULL_MAX),
-                ack_wait: spec.ack_wait,
-                expires: spec.expires,
-            };
-            let puller = Puller::open(
-                (*self.client).clone(),
-                &info.stream_name,
-                &info.name,
-                lookahead,
-            )
-            .await?;
-            if let (Some(events), Some(sid)) = (&self.events, puller.sid()) {
-                events.pulling(sid, &info.name, &info.stream_name);
-            }
-            Ok(reading(Pumped::Pull(Box::new(puller))))
-        })
-    }
-
-    fn settle_confirmed(
+impl JetStreamPublish for NatsTransport {
+    fn publish_stored(
         &self,
         subject: Arc<str>,
+        headers: Headers,
         payload: Bytes,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
+    ) -> BoxFuture<'_, Result<u64, TransportError>> {
+        let headers = to_header_map(&crate::telemetry::with_context(headers));
         Box::pin(async move {
-            let target = async_nats::Subject::from(&*subject);
-            let asked = tokio::time::timeout(CONFIRM_TIMEOUT, self.client.request(target, payload));
-            match asked.await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(err)) => Err(TransportError::new(
-                    TransportErrorKind::Other,
-                    format!("the server did not confirm the settlement on `{subject}`"),
-                )
-                .with_cause(err)),
-                Err(_) => Err(TransportError::new(
-                    TransportErrorKind::Other,
-                    format!(
-                        "the server did not confirm the settlement on `{subject}` within {CONFIRM_TIMEOUT:?}"
-                    ),
-                )),
-            }
+            let ack = self
+                .stored(Target::Shared(subject), headers?, payload)
+                .await?;
+            Ok(ack.sequence)
         })
     }
 
-    fn acknowledge(
+    fn publish_confirmed(
         &self,
-        subject: &ReplySubject,
+        subject: Arc<str>,
+        headers: Headers,
         payload: Bytes,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        let headers = crate::telemetry::with_context(Headers::new());
-        if !headers.is_empty() {
-            // A trace context to carry: published as any message with headers.
-            return self.publish(subject.to_shared(), headers, payload);
+    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        match to_header_map(&crate::telemetry::with_context(headers)) {
+            Ok(headers) => Box::pin(self.stored(Target::Shared(subject), headers, payload)),
+            Err(err) => Box::pin(std::future::ready(Err(err))),
         }
-        let subject = subject.clone();
-        Box::pin(async move {
-            // The delivery's own subject, as the client handed it over: no copy.
-            self.client
-                .publish(subject.to_client(), payload)
-                .await
-                .map_err(|err| core_publish_error(&subject, err))
-        })
     }
 
-    fn stream_place(
+    fn publish_confirmed_lent(
         &self,
-        stream: String,
-    ) -> BoxFuture<'_, Result<Option<StreamPlace>, TransportError>> {
-        Box::pin(async move { self.place_of(&stream).await.map(Some) })
-    }
-
-    fn resume(
-        &self,
-        spec: ConsumerSpec,
-        start_sequence: u64,
-    ) -> BoxFuture<'_, Result<Subscription, TransportError>> {
-        Box::pin(async move {
-            let deliver_policy = self.resume_policy(&spec, start_sequence).await;
-            tracing::info!(
-                stream = %spec.stream,
-                consumer = spec.durable.as_deref().unwrap_or("(ephemeral)"),
-                ?deliver_policy,
-                "opening the consumer again from where the registration stood"
-            );
-            self.consume(ConsumerSpec {
-                deliver_policy,
-                ..spec
-            })
-            .await
-        })
-    }
-
-    fn kv_bucket(
-        &self,
-        bucket: String,
-        max_age: Duration,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        Box::pin(async move { self.kv_store(&bucket, Some(max_age)).await.map(drop) })
-    }
-
-    fn kv_get(
-        &self,
-        bucket: String,
-        key: String,
-    ) -> BoxFuture<'_, Result<Option<KvEntry>, TransportError>> {
-        Box::pin(async move {
-            let store = self.kv_store(&bucket, None).await?;
-            let entry = store
-                .entry(key.as_str())
-                .await
-                .map_err(|err| kv_error(&bucket, &key, "read", err))?;
-            Ok(entry
-                .filter(|e| e.operation == jetstream::kv::Operation::Put)
-                .map(|e| {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_nanos());
-                    let written = u128::try_from(e.created.unix_timestamp_nanos()).unwrap_or(0);
-                    let age = u64::try_from(now.saturating_sub(written)).unwrap_or(u64::MAX);
-                    KvEntry {
-                        value: e.value,
-                        revision: e.revision,
-                        age: Duration::from_nanos(age),
-                    }
-                }))
-        })
-    }
-
-    fn kv_create(
-        &self,
-        bucket: String,
-        key: String,
-        value: Bytes,
-    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
-        Box::pin(async move {
-            let store = self.kv_store(&bucket, None).await?;
-            match store.create(key.as_str(), value).await {
-                Ok(revision) => Ok(Some(revision)),
-                Err(err) if err.kind() == jetstream::kv::CreateErrorKind::AlreadyExists => Ok(None),
-                Err(err) => Err(kv_error(&bucket, &key, "create", err)),
+        subject: Target,
+        headers: &Headers,
+        msg_id: Option<String>,
+        payload: Bytes,
+    ) -> BoxFuture<'_, Result<StoredAck, TransportError>> {
+        // Converted before the future is made, so that the boxed future is the publish's own
+        // rather than an `async` block wrapping it (one state machine fewer to move).
+        let converted = self::headers::header_map_with_context(headers).and_then(|mut map| {
+            if let Some(id) = msg_id {
+                self::headers::insert_msg_id(&mut map, id)?;
             }
-        })
-    }
-
-    fn kv_update(
-        &self,
-        bucket: String,
-        key: String,
-        value: Bytes,
-        revision: u64,
-    ) -> BoxFuture<'_, Result<Option<u64>, TransportError>> {
-        Box::pin(async move {
-            let store = self.kv_store(&bucket, None).await?;
-            match store.update(key.as_str(), value, revision).await {
-                Ok(revision) => Ok(Some(revision)),
-                Err(err) if err.kind() == jetstream::kv::UpdateErrorKind::WrongLastRevision => {
-                    Ok(None)
-                }
-                Err(err) => Err(kv_error(&bucket, &key, "update", err)),
-            }
-        })
-    }
-
-    fn kv_delete(&self, bucket: String, key: String) -> BoxFuture<'_, Result<(), TransportError>> {
-        Box::pin(async move {
-            let store = self.kv_store(&bucket, None).await?;
-            store
-                .delete(key.as_str())
-                .await
-                .map_err(|err| kv_error(&bucket, &key, "delete", err))
-        })
+            Ok(map)
+        });
+        match converted {
+            Ok(headers) => Box::pin(self.stored(subject, headers, payload)),
+            Err(err) => Box::pin(std::future::ready(Err(err))),
+        }
     }
 }
 

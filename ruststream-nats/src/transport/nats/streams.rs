@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use ruststream::BoxError;
 
 use super::NatsTransport;
 use super::errors::{get_stream_error, is_stream_not_found};
 use crate::transport::{
-    Limits, StreamChanges, StreamDeclaration, StreamSpec, TransportError, TransportErrorKind,
-    add_subjects,
+    Limits, StreamAdmin, StreamChanges, StreamDeclaration, StreamSpec, TransportError,
+    TransportErrorKind, add_subjects,
 };
 
 /// The duplicate window a stream has when its config leaves it zero.
@@ -147,5 +148,35 @@ fn apply(config: &mut stream::Config, limits: &Limits) {
     }
     if let Some(window) = limits.duplicate_window {
         config.duplicate_window = window;
+    }
+}
+
+impl StreamAdmin for NatsTransport {
+    fn streams(&self) -> BoxFuture<'_, Result<Vec<StreamSpec>, TransportError>> {
+        Box::pin(self.list_streams())
+    }
+
+    fn stream_exists(&self, name: &str) -> BoxFuture<'_, Result<bool, TransportError>> {
+        let name = name.to_owned();
+        Box::pin(async move { self.has_stream(&name).await })
+    }
+
+    fn stream_by_subject(
+        &self,
+        subject: &str,
+    ) -> BoxFuture<'_, Result<Option<String>, TransportError>> {
+        let subject = subject.to_owned();
+        Box::pin(async move { self.storing(&subject).await })
+    }
+
+    fn declare_stream(&self, spec: StreamSpec) -> BoxFuture<'_, Result<(), TransportError>> {
+        Box::pin(self.declare(spec))
+    }
+
+    fn declare_stream_with(
+        &self,
+        declaration: StreamDeclaration,
+    ) -> BoxFuture<'_, Result<StreamChanges, TransportError>> {
+        Box::pin(self.declare_with(declaration))
     }
 }
