@@ -34,7 +34,7 @@ use crate::micro;
 use crate::options::{Auth, ConnectionOptions, split_credentials};
 use crate::publish::NatsPublisher;
 use crate::running::RunningNatsBroker;
-use crate::source::{Progress, Reopen, Source};
+use crate::source::{Handling, Progress, Reopen, Source};
 use crate::supervise::{Kind, Supervisor};
 use crate::transport::{StreamDeclaration, StreamSpec, Subscription, Transport, TransportOverride};
 use crate::validate::validate;
@@ -440,13 +440,8 @@ impl Broker for NatsBroker {
                     }
                     None => None,
                 };
-                let handling = crate::source::Handling::new(
-                    &endpoint,
-                    &executor,
-                    &publisher,
-                    &progress,
-                    idempotency.as_ref(),
-                );
+                let handling =
+                    Handling::new(&endpoint, &executor, &publisher, &progress, idempotency);
                 let source = Source {
                     handling,
                     endpoint,

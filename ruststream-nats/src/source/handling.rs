@@ -39,13 +39,13 @@ impl Handling {
         executor: &Arc<Executor>,
         publisher: &Arc<NatsPublisher>,
         progress: &Arc<Progress>,
-        idempotency: Option<&Arc<crate::idempotency::Guard>>,
+        idempotency: Option<Arc<crate::idempotency::Guard>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             endpoint: endpoint.clone(),
             executor: Arc::clone(executor),
             progress: Arc::clone(progress),
-            idempotency: idempotency.cloned(),
+            idempotency,
             publisher: Arc::clone(publisher),
             idle: Mutex::new(Vec::new()),
         })

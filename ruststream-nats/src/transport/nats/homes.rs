@@ -4,9 +4,9 @@
 //! Homes for stored publishes' futures, kept for the next publish.
 //!
 //! A stored publish waits for the stream's acknowledgement through async-nats's
-//! `send_request`, whose future alone is 1 088 bytes (async-nats 0.51). Boxed anew for every
-//! confirmed output, that is above glibc's small sizes (1 032 bytes): each `malloc` of it goes
-//! through the large bins and first consolidates the small chunks freed since the last one.
+//! `send_request`, whose future is larger than glibc's small sizes: boxed anew for every
+//! confirmed output, each `malloc` of it would go through the large bins and first consolidate
+//! the small chunks freed since the last one (`docs/benchmarks.md`, "Confirmed reply").
 //! So each publish's future is made in a home kept from an earlier one, and dropped there in
 //! place when it is done, or given up on (which lets go of what it waited on at once); the
 //! empty home goes back for the next. At most [`KEPT`] homes wait, so a burst of concurrent

@@ -182,8 +182,8 @@ impl NatsTransport {
 /// shared inbox, answered by the stream), and the same errors (`answer.rs`), without what
 /// that publish adds around it for every message: an in-flight permit, a boxed
 /// acknowledgement future, and a generic reading of the answer that buffers it whole, tries
-/// it as an error first and formats that attempt's failure (callgrind: about 3 700 of its
-/// 5 500 instructions a confirmed reply, in serde's buffering and in making the error). The
+/// it as an error first and formats that attempt's failure (the cost: `docs/benchmarks.md`,
+/// "Confirmed reply to a stream"). The
 /// request waits for room in the client's command queue as every Core publish does, then up
 /// to [`STORED_ACK_TIMEOUT`] for the answer. It owns its client (a shared one), so that its
 /// box can be kept for the next publish ([`NatsTransport::stored`]).
@@ -215,10 +215,9 @@ fn nats_subject(subject: &Target) -> async_nats::Subject {
 
 /// A Core publish of one message to `$subject` (a [`Target`]) with `$headers` (an async-nats
 /// `HeaderMap`, sent only when not empty), as a `Result<(), TransportError>`: the one body of
-/// `publish` and `publish_each`. A macro, not an `async fn`: a nested future moved the
-/// arguments once more on every publish and made `publish_each`'s boxed future larger than
-/// the allocator's small-size caches (callgrind: about 850 instructions a request/reply round
-/// trip more).
+/// `publish` and `publish_each`. A macro, not an `async fn`: a nested future would move the
+/// arguments once more on every publish and make `publish_each`'s boxed future larger than
+/// the allocator's small-size caches (`docs/benchmarks.md`, "Request/reply, one at a time").
 macro_rules! core_publish {
     ($client:expr, $subject:expr, $headers:expr, $payload:expr) => {{
         let subject: &Target = $subject;
@@ -445,8 +444,7 @@ mod tests {
     use super::*;
 
     /// [`stored`]'s future is what every stored output writes into its home (`homes.rs`), and
-    /// what each kept home holds. With async-nats 0.51's `send_request` it is 1 256 bytes. A
-    /// new async-nats version or another await in `stored` that makes it larger should be a
+    /// what each kept home holds. A new async-nats version or another await in `stored` that makes it larger should be a
     /// choice, not an accident.
     #[tokio::test]
     async fn a_stored_publish_does_not_grow_unnoticed() {
