@@ -182,3 +182,127 @@ where
         Poll::Ready(done)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use bytes::Bytes;
+    use futures::future::BoxFuture;
+
+    use super::Dispatcher;
+    use crate::context::Context;
+    use crate::delivery::{Delivery, OutboundMessage};
+    use crate::error::PublishError;
+    use crate::handled::Handled;
+    use crate::handler::Handle;
+    use crate::outcome::HandlerOutcome;
+    use crate::publish::Publish;
+    use crate::registration::{Descriptor, DescriptorInfo, Registration};
+    use crate::settle::{AckKind, DeliveryModel, Settle};
+
+    /// Counts its calls; retries a payload of `retry`, acknowledges the rest.
+    struct Counting(Arc<AtomicU32>);
+
+    impl Handle<Bytes> for Counting {
+        async fn handle(
+            &self,
+            input: &Bytes,
+            _outs: &(),
+            _ctx: &mut Context<'_>,
+        ) -> Result<(), HandlerOutcome> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            match &input[..] {
+                b"retry" => Err(HandlerOutcome::retry()),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    struct Nowhere;
+
+    /// A stream consumer: the model where a delivery can arrive past the cap.
+    #[derive(Debug)]
+    struct Stream;
+
+    impl Descriptor for Stream {
+        fn info(&self) -> DescriptorInfo {
+            DescriptorInfo::new(DeliveryModel::JetStream, "orders")
+        }
+    }
+
+    impl Publish for Nowhere {
+        fn publish(&self, _message: OutboundMessage) -> BoxFuture<'_, Result<(), PublishError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// A dispatcher of a JetStream registration capped at two attempts, and its handler's
+    /// calls.
+    fn dispatcher() -> (Dispatcher, Arc<AtomicU32>) {
+        let calls = Arc::new(AtomicU32::new(0));
+        let mut registration: Registration<()> =
+            Registration::raw("counting", Stream, Counting(Arc::clone(&calls)));
+        registration.max_attempts(NonZeroU32::new(2).expect("2"));
+        let endpoint = registration.bind(Arc::new(()), None).expect("binds");
+        (endpoint.dispatcher(Arc::new(Nowhere)), calls)
+    }
+
+    fn delivery(payload: &'static str, attempt: u32) -> Delivery {
+        Delivery::new("orders", Bytes::from_static(payload.as_bytes()))
+            .with_attempt(NonZeroU32::new(attempt).expect("an attempt"))
+            .with_max_attempts(NonZeroU32::new(2))
+            .with_delivered(Some(u64::from(attempt)))
+    }
+
+    #[tokio::test]
+    async fn each_delivery_comes_back_with_what_its_handler_said_through_one_slot() {
+        let (mut dispatcher, calls) = dispatcher();
+        for (payload, outcome) in [
+            ("a", HandlerOutcome::ack()),
+            ("retry", HandlerOutcome::retry()),
+            ("b", HandlerOutcome::ack()),
+        ] {
+            let (back, (handled, decision)) = dispatcher.one(delivery(payload, 1)).await;
+            assert_eq!(back.payload(), payload.as_bytes(), "the same delivery back");
+            assert_eq!(handled, Handled::Outcome(outcome));
+            assert!(!decision.dead_letter);
+        }
+        assert_eq!(calls.load(Ordering::Relaxed), 3);
+    }
+
+    #[tokio::test]
+    async fn a_delivery_past_the_cap_does_not_reach_the_handler() {
+        let (mut dispatcher, calls) = dispatcher();
+        let (_, (handled, decision)) = dispatcher.one(delivery("a", 3)).await;
+        assert_eq!(handled, Handled::PastCap);
+        assert_eq!(decision.settle, Settle::Send(AckKind::Term));
+        assert_eq!(calls.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_unit_keeps_its_order_around_a_delivery_past_the_cap() {
+        let (mut dispatcher, calls) = dispatcher();
+        let unit = vec![delivery("a", 1), delivery("b", 3), delivery("retry", 2)];
+        let (back, decided) = dispatcher.batch(unit).await;
+        let payloads: Vec<&[u8]> = back.iter().map(|d| &d.payload()[..]).collect();
+        assert_eq!(payloads, [&b"a"[..], b"b", b"retry"]);
+        let handled: Vec<&Handled> = decided.iter().map(|(h, _)| h).collect();
+        assert_eq!(
+            handled,
+            [
+                &Handled::Outcome(HandlerOutcome::ack()),
+                &Handled::PastCap,
+                &Handled::Outcome(HandlerOutcome::retry()),
+            ]
+        );
+        assert_eq!(decided[0].1.settle, Settle::Send(AckKind::Ack));
+        assert_eq!(
+            calls.load(Ordering::Relaxed),
+            2,
+            "the one past the cap did not run"
+        );
+    }
+}
