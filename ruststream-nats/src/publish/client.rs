@@ -37,6 +37,8 @@ impl std::fmt::Debug for NatsClient {
 }
 
 impl NatsClient {
+    /// A client of its own over `publisher` (what the testing harness hands out).
+    #[cfg(feature = "testing")]
     pub(crate) fn new(publisher: NatsPublisher) -> Self {
         Self {
             publisher: Arc::new(publisher),

@@ -102,6 +102,7 @@ impl Handling {
         let span = telemetry::delivery_span(&self.endpoint, &delivery);
         let metrics = &self.executor.metrics;
         let (delivery, (handled, decision)) = if progress_signals(&self.endpoint) {
+            // Boxed: its timer is kept out of the future every other delivery's handling moves.
             let acks = [ack_subject.clone()];
             let dispatch = with_progress(
                 &self.endpoint,
@@ -109,7 +110,7 @@ impl Handling {
                 &acks,
                 dispatcher.one(delivery),
             );
-            telemetry::observed(&span, metrics, 1, dispatch).await
+            Box::pin(telemetry::observed(&span, metrics, 1, dispatch)).await
         } else {
             telemetry::observed(&span, metrics, 1, dispatcher.one(delivery)).await
         };
