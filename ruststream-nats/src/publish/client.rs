@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use ruststream::{OutboundMessage, Publish, PublishError, PublishErrorKind};
 
-use super::{MSG_ID_HEADER, NatsPublisher};
+use super::MSG_ID_HEADER;
 use crate::transport::StoredAck;
 
 /// Publishing and requests on a running app's NATS connection, inside a handler or outside one
@@ -39,7 +39,7 @@ impl std::fmt::Debug for NatsClient {
 impl NatsClient {
     /// A client of its own over `publisher` (what the testing harness hands out).
     #[cfg(feature = "testing")]
-    pub(crate) fn new(publisher: NatsPublisher) -> Self {
+    pub(crate) fn new(publisher: super::NatsPublisher) -> Self {
         Self {
             publisher: Arc::new(publisher),
         }
