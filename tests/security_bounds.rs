@@ -1,16 +1,19 @@
 //! Memory stays bounded whatever a publisher sends, against a real nats-server: a Core
 //! subscription holds at most `subscription_capacity` messages for its busy handlers and reports
 //! what it drops (naming the registration, with a count); delayed Core retry copies are bounded.
+//! Without `subscription_capacity`, a burst past async-nats's default buffer is not dropped.
 
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use ruststream::HandlerOutcome;
+use ruststream::{Context, Handle, HandlerOutcome};
 use ruststream_nats::{CoreSubject, NatsBroker};
 use ruststream_test_server::NatsServer;
 use ruststream_test_server::client::{PATIENCE, eventually};
-use support::nats::{Scripted, order, start};
+use support::nats::{Order, Scripted, order, start};
 use support::security::capture;
 
 /// The number after `key=` in a log line.
@@ -74,6 +77,71 @@ async fn a_slow_core_subscription_reports_what_it_drops() {
         "handled {handled} + dropped {dropped} > {PUBLISHED}"
     );
     eprintln!("handled {handled}, reported dropped {dropped} of {PUBLISHED}");
+}
+
+/// A handler that holds its first message until the test opens the gate, and counts them all.
+#[derive(Clone)]
+struct Gated {
+    gate: Arc<tokio::sync::Semaphore>,
+    handled: Arc<AtomicU64>,
+}
+
+impl Handle<Order> for Gated {
+    async fn handle(
+        &self,
+        order: &Order,
+        _outs: &(),
+        _ctx: &mut Context<'_>,
+    ) -> Result<(), HandlerOutcome> {
+        if order.id == 0 {
+            let _open = self.gate.acquire().await;
+        }
+        self.handled.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A handler held up while an unthrottled publisher sends more Core messages than async-nats's
+/// default subscription buffer (65 536) takes: the broker's client holds them all, so none is
+/// dropped and no slow consumer is reported (the peer bench's Core burst lost messages so).
+#[tokio::test]
+async fn a_core_burst_past_the_client_default_is_not_dropped() {
+    const PUBLISHED: u64 = 70_000;
+    let captured = capture();
+    let server = NatsServer::start();
+    let handler = Gated {
+        gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        handled: Arc::default(),
+    };
+    let app = start(NatsBroker::new(server.url()), |b| {
+        b.include(CoreSubject::new("burst.events").handler(handler.clone()))
+            .name("burst");
+    })
+    .await
+    .expect("the app starts");
+
+    let client = async_nats::connect(server.url()).await.expect("connects");
+    for id in 0..PUBLISHED {
+        client
+            .publish("burst.events", order(id).into())
+            .await
+            .expect("published");
+    }
+    client.flush().await.expect("flushed");
+    // The server has them all; a moment for it to write them to the app's client, which holds
+    // them while the handler waits.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    handler.gate.add_permits(1);
+
+    let handled = eventually(PATIENCE, "every message handled", || {
+        let handled = handler.handled.load(Ordering::Relaxed);
+        async move { (handled == PUBLISHED).then_some(handled) }
+    })
+    .await;
+    assert_eq!(handled, PUBLISHED);
+    let dropped = captured.lines_with(&["registration=burst", "dropped="]);
+    assert!(dropped.is_empty(), "{dropped:?}");
+    app.stop().await.expect("the app stops");
 }
 
 /// 100 000 Core messages each answered `retry_after(1 h)`, in process on tokio's paused clock:

@@ -11,6 +11,14 @@ use ruststream::{Error, ErrorKind};
 /// How long connecting at startup may take before the app refuses to start.
 pub(crate) const DEFAULT_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many messages the broker's own client holds for each subscription while the handlers
+/// are behind, in place of async-nats's default (65 536), past which async-nats drops Core
+/// messages. A handler slower than an unthrottled publisher for a moment falls that far behind
+/// in a burst the server itself would still deliver (its slow-consumer limit is 64 MiB, not a
+/// message count), so the client must not be the first to drop. async-nats allocates the buffer
+/// as it fills; `.subscription_capacity(n)` bounds what Core subscriptions keep.
+pub(crate) const CLIENT_SUBSCRIPTION_CAPACITY: usize = 1 << 18;
+
 /// Who the app is to the server.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) enum Auth {
@@ -117,12 +125,13 @@ impl ConnectionOptions {
 
     /// The async-nats options; reads the credentials file when one is set.
     pub(crate) async fn build(&self, address: &str) -> Result<ConnectOptions, Error> {
-        // The given options' own timeout stands unless the broker sets one.
+        // The given options' own timeout and subscription buffer stand unless the broker sets
+        // them.
         let mut options = match (&self.base, self.connection_timeout) {
             (Some(base), None) => base.clone(),
             (base, timeout) => base
                 .clone()
-                .unwrap_or_default()
+                .unwrap_or_else(client_defaults)
                 .connection_timeout(timeout.unwrap_or(DEFAULT_CONNECTION_TIMEOUT)),
         };
         options = match &self.auth {
@@ -159,6 +168,11 @@ impl ConnectionOptions {
         }
         Ok(options)
     }
+}
+
+/// async-nats's options as the broker connects without `.with_options(..)`.
+fn client_defaults() -> ConnectOptions {
+    ConnectOptions::new().subscription_capacity(CLIENT_SUBSCRIPTION_CAPACITY)
 }
 
 /// A URL as the user wrote it, split into what may be printed and handed to async-nats (the

@@ -22,7 +22,9 @@ impl NatsBroker {
     /// credentials: credentials in the URL, `NATS_URL` or `--url`, and those given with
     /// `.user_and_password(..)`, `.token(..)`, `.nkey(..)` or `.credentials_file(..)`, replace
     /// the options' own; TLS files and `.connection_name(..)` add to them. The options' own
-    /// `connection_timeout` stands unless `.connection_timeout(..)` sets one. RustStream
+    /// `connection_timeout` stands unless `.connection_timeout(..)` sets one, and so does their
+    /// `subscription_capacity` (async-nats's 65 536 unless set, where the broker's own
+    /// connection holds 262 144 messages per subscription). RustStream
     /// installs its own event callback (the connection logs, `/readyz`, the `ruststream_connected`
     /// gauge), replacing one the options carry.
     ///

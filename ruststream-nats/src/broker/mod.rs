@@ -180,7 +180,8 @@ impl NatsBroker {
     }
 
     /// How many Core messages the client holds for each Core subscription while its handlers
-    /// are busy (async-nats's default: 65 536, whatever their size). Past it, new messages are
+    /// are busy (by default 262 144, whatever their size: four times async-nats's own default,
+    /// so that a burst the server delivers is not dropped by the client). Past it, new messages are
     /// dropped, each counted (`ruststream_slow_consumer_dropped_total`), and a warning names the
     /// registration and how many it lost. Bounds the memory a fast publisher can take; at
     /// least 1. JetStream pulls are not bounded by it: their lookahead bounds them.

@@ -1,8 +1,8 @@
 //! A Core subscription held to `.subscription_capacity(n)` messages.
 //!
 //! async-nats sizes every subscription's buffer from one client-wide setting, the JetStream
-//! pull inboxes' included, so the broker leaves that at async-nats's default (65 536) and bounds
-//! Core subscriptions here: a task takes each message off the client's buffer as it arrives and
+//! pull inboxes' included, so the broker leaves that at its own default
+//! (`options::CLIENT_SUBSCRIPTION_CAPACITY`) and bounds Core subscriptions here: a task takes each message off the client's buffer as it arrives and
 //! keeps at most `n` for the handlers; past that it drops the newest and counts it in
 //! [`Events`] (a warning and `ruststream_slow_consumer_dropped_total`), every drop. A pull's
 //! lookahead is never throttled by it.
