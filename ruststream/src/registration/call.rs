@@ -232,8 +232,13 @@ impl<S: Send + Sync + 'static> Call<'_, S> {
         let erased: &(dyn Any + Send + Sync) = &**self.state;
         let mut ctx =
             Context::new(self.delivery, erased, self.publisher, self.name).with_format(self.codec);
-        let run = handler.handle_with_state(input, outs, self.state, &mut ctx);
-        let ran = guard_async(run).await;
+        // The handler's future is made inside the guard: a manual `Handle` may panic before it
+        // returns one.
+        let ran = guard_async(async {
+            let run = handler.handle_with_state(input, outs, self.state, &mut ctx);
+            run.await
+        })
+        .await;
         single_result(ran, &ctx)
     }
 }

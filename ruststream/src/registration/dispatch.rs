@@ -60,6 +60,10 @@ impl Dispatcher {
     /// Runs the handler on `delivery` (its panics caught, within the registration's
     /// `handler_timeout`; not at all past the cap) and decides its settlement; the observer is
     /// told. The delivery comes back for the settlement.
+    ///
+    /// Not cancel-safe: a call dropped before it resolves leaves the handler's future (and the
+    /// delivery) in the slot until the next call replaces it. Drop the dispatcher after such a
+    /// cancel, as the NATS broker does.
     pub async fn one(&mut self, delivery: Delivery) -> (Delivery, (Handled, Decision)) {
         let (delivery, handled) = match self.endpoint.past_cap(&delivery) {
             Some(past_cap) => (delivery, past_cap),
@@ -185,6 +189,7 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::future::Future;
     use std::num::NonZeroU32;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -217,6 +222,25 @@ mod tests {
             match &input[..] {
                 b"retry" => Err(HandlerOutcome::retry()),
                 _ => Ok(()),
+            }
+        }
+    }
+
+    /// A manual handler that panics before it returns its future.
+    struct Eager;
+
+    impl Handle<Bytes> for Eager {
+        #[allow(clippy::manual_async_fn)]
+        fn handle(
+            &self,
+            _input: &Bytes,
+            _outs: &(),
+            _ctx: &mut Context<'_>,
+        ) -> impl Future<Output = Result<(), HandlerOutcome>> + Send {
+            panic!("no future");
+            #[allow(unreachable_code)]
+            async {
+                Ok(())
             }
         }
     }
@@ -303,6 +327,21 @@ mod tests {
             calls.load(Ordering::Relaxed),
             2,
             "the one past the cap did not run"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panic_before_the_handlers_future_is_a_handler_panic() {
+        let endpoint = Registration::<()>::raw("eager", Stream, Eager)
+            .bind(Arc::new(()), None)
+            .expect("binds");
+        let mut dispatcher = endpoint.dispatcher(Arc::new(Nowhere));
+        let (_, (handled, decision)) = dispatcher.one(delivery("a", 1)).await;
+        assert!(matches!(handled, Handled::Panicked(_)), "{handled:?}");
+        assert_eq!(
+            decision.settle,
+            Settle::Send(AckKind::Nak),
+            "retried, as on_panic says"
         );
     }
 }

@@ -86,10 +86,11 @@ impl Pool {
         let (call, cancel) = futures::future::abortable(call);
         let busy = Arc::clone(&worker.busy);
         let job: Job = Box::pin(async move {
+            // Released however the job ends, a panic included.
+            let _busy = Busy(busy);
             if let Ok(handled) = call.await {
                 let _ = done.send(handled);
             }
-            busy.fetch_sub(1, Ordering::Release);
         });
         if worker.jobs.send(job).is_err() {
             worker.busy.fetch_sub(1, Ordering::Release);
@@ -147,6 +148,15 @@ async fn serve(mut queue: mpsc::UnboundedReceiver<Job>) {
 }
 
 struct CancelOnDrop(futures::future::AbortHandle);
+
+/// A call counted on its thread, until dropped.
+struct Busy(Arc<AtomicUsize>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
+}
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
