@@ -158,7 +158,7 @@ fn check_jetstream(r: &RegistrationInfo, problems: &mut Vec<String>) {
             "registration `{name}` is a JetStream registration without a stream"
         )),
     }
-    if let Some(filter) = &r.descriptor.filter_subject
+    if let Some(filter) = &crate::descriptor::consumer_options(&r.descriptor).filter_subject
         && let Some(problem) = subject_problem(filter, true)
     {
         problems.push(format!(

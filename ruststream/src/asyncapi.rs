@@ -281,7 +281,7 @@ fn receive(doc: &mut Doc, r: &RegistrationInfo) {
             "x-ruststream-jetstream",
             match &d.bucket {
                 Some(bucket) => {
-                    json!({"stream": d.stream, "consumer": d.consumer, "bucket": bucket, "changes": d.bucket_changes()})
+                    json!({"stream": d.stream, "consumer": d.consumer, "bucket": bucket, "changes": d.bucket_changes})
                 }
                 None => json!({"stream": d.stream, "consumer": d.consumer}),
             },

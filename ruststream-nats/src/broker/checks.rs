@@ -3,7 +3,7 @@
 //! stream that would answer a `reply` handler's requests, dead letters no stream stores, a
 //! consumer without a durable name that re-reads its stream, and which outputs are stored.
 
-use ruststream::registration::DeliverPolicy;
+use crate::descriptor::{DeliverPolicy, consumer_options};
 use ruststream::registration::RegistrationInfo;
 use ruststream::settle::DeliveryModel;
 use ruststream::{Endpoint, Error, ErrorKind};
@@ -231,7 +231,7 @@ async fn reread_warning(transport: &dyn PullConsumer, info: &RegistrationInfo) -
         d.model,
         d.stream.as_deref(),
         d.consumer.as_deref(),
-        d.deliver_policy,
+        consumer_options(d).deliver_policy,
     ) else {
         return None;
     };

@@ -5,11 +5,8 @@ use ruststream::registration::DescriptorInfo;
 use ruststream::settle::DeliveryModel;
 use ruststream::{Descriptor, WithHandler};
 
+use super::options::{ConsumerOptions, DeliverPolicy, consumer_options};
 use crate::transport::ConsumerSpec;
-
-/// Where a new consumer starts in the stream (defined in the core, with the other facts of a
-/// descriptor).
-pub use ruststream::registration::DeliverPolicy;
 
 /// `ack_wait` unless the descriptor names another.
 pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
@@ -197,12 +194,14 @@ impl Descriptor for JetStreamSubject {
         info.ack_wait = Some(self.ack_wait);
         info.wildcard = self.subject.contains(['*', '>']);
         info.kind = "JetStreamSubject";
-        info.filter_subject = self.filter_subject.clone();
-        info.max_ack_pending = self.max_ack_pending;
-        info.deliver_policy = self.deliver_policy;
         info.batch = Some(self.batch);
         info.batch_max_wait = self.max_wait;
-        info.pull_expiry = Some(self.expires);
+        info.broker.insert(ConsumerOptions {
+            filter_subject: self.filter_subject.clone(),
+            max_ack_pending: self.max_ack_pending,
+            deliver_policy: self.deliver_policy,
+            pull_expiry: Some(self.expires),
+        });
         info
     }
 
@@ -222,18 +221,18 @@ impl Descriptor for JetStreamSubject {
 /// The consumer a JetStream registration reads through, from its descriptor's facts: every
 /// default of a JetStream descriptor lives in this file.
 pub(crate) fn consumer_spec(info: &DescriptorInfo) -> ConsumerSpec {
+    let options = consumer_options(info);
     ConsumerSpec {
         stream: info.stream.clone().unwrap_or_default(),
         durable: info.consumer.clone(),
-        filter_subject: info
+        filter_subject: options
             .filter_subject
-            .clone()
             .unwrap_or_else(|| info.subject.clone()),
         ack_wait: info.ack_wait.unwrap_or(DEFAULT_ACK_WAIT),
-        max_ack_pending: info.max_ack_pending,
-        deliver_policy: info.deliver_policy,
+        max_ack_pending: options.max_ack_pending,
+        deliver_policy: options.deliver_policy,
         batch: info.batch.unwrap_or(DEFAULT_BATCH).get(),
-        expires: info.pull_expiry.unwrap_or(DEFAULT_PULL_EXPIRY),
+        expires: options.pull_expiry.unwrap_or(DEFAULT_PULL_EXPIRY),
     }
 }
 

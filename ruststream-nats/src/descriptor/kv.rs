@@ -4,7 +4,8 @@ use ruststream::registration::DescriptorInfo;
 use ruststream::settle::DeliveryModel;
 use ruststream::{Descriptor, WithDeliveryHandler};
 
-use super::jetstream::{DEFAULT_ACK_WAIT, DeliverPolicy, wait};
+use super::jetstream::{DEFAULT_ACK_WAIT, wait};
+use super::options::{ConsumerOptions, DeliverPolicy};
 
 /// The changes of a key-value bucket, read through a pull consumer on the bucket's stream
 /// (`KV_<bucket>`, subjects `$KV.<bucket>.<key>`): every put, delete and purge is a JetStream
@@ -141,8 +142,16 @@ impl Descriptor for KvChanges {
         info.wildcard = self.subject.contains(['*', '>']);
         info.kind = "KvChanges";
         info.bucket = Some(self.bucket.clone());
-        info.max_ack_pending = Some(self.max_ack_pending);
-        info.deliver_policy = self.deliver_policy;
+        info.bucket_changes = Some(match self.deliver_policy {
+            DeliverPolicy::LastPerSubject => "latest per key",
+            DeliverPolicy::New => "new changes only",
+            _ => "every revision",
+        });
+        info.broker.insert(ConsumerOptions {
+            max_ack_pending: Some(self.max_ack_pending),
+            deliver_policy: self.deliver_policy,
+            ..ConsumerOptions::default()
+        });
         info
     }
 }

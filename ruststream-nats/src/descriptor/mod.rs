@@ -4,13 +4,16 @@
 mod core;
 mod jetstream;
 mod kv;
+mod options;
 mod wildcard;
 
 pub use self::core::CoreSubject;
-pub use self::jetstream::{DEFAULT_ACK_WAIT, DeliverPolicy, JetStreamSubject};
+pub use self::jetstream::{DEFAULT_ACK_WAIT, JetStreamSubject};
 pub(crate) use self::jetstream::{DEFAULT_BATCH, consumer_spec};
 pub use self::kv::KvChanges;
 pub(crate) use self::kv::bucket_of;
+pub(crate) use self::options::consumer_options;
+pub use self::options::{ConsumerOptions, DeliverPolicy};
 pub use self::wildcard::CoreWildcard;
 
 /// A JetStream-only option called on a Core descriptor. Never implemented: using one is a

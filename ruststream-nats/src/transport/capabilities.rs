@@ -7,10 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::transport::DeliverPolicy;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use ruststream::Headers;
-use ruststream::registration::DeliverPolicy;
 
 use super::{
     ConsumerSpec, MSG_ID_HEADER, RawMessage, ReplySubject, StoredAck, StreamChanges,

@@ -36,8 +36,6 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-use ruststream::registration::DeliverPolicy;
-
 /// A stream to declare at startup (opt-in: without a declaration the crate declares nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamSpec {
@@ -58,6 +56,24 @@ pub struct StreamPlace {
     pub first_sequence: u64,
     /// How many messages the stream holds now.
     pub messages: u64,
+}
+
+/// Which messages of the stream a new consumer starts from. Defined beside [`ConsumerSpec`],
+/// which the transports read; `ruststream_nats::DeliverPolicy` is the same type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum DeliverPolicy {
+    /// Every message the stream holds (the default).
+    #[default]
+    All,
+    /// Only messages stored after the consumer was created.
+    New,
+    /// The last message, then new ones.
+    Last,
+    /// The last message of each subject, then new ones.
+    LastPerSubject,
+    /// From this stream sequence on.
+    ByStartSequence(u64),
 }
 
 /// The consumer a `JetStreamSubject` reads through.

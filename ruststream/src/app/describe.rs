@@ -118,7 +118,7 @@ pub fn describe_json<A: App>(app: &A) -> serde_json::Value {
                 "queue_group": d.queue_group,
                 "stream": d.stream,
                 "consumer": d.consumer,
-                "bucket": d.bucket.as_ref().map(|b| serde_json::json!({"name": b, "changes": d.bucket_changes()})),
+                "bucket": d.bucket.as_ref().map(|b| serde_json::json!({"name": b, "changes": d.bucket_changes})),
                 "ack_wait_ms": d.ack_wait.map(|w| u64::try_from(w.as_millis()).unwrap_or(u64::MAX)),
                 "handler_timeout_ms": r.policy.handler_timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
                 "progress_until_ms": r.policy.progress_until.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
@@ -196,7 +196,7 @@ fn ack_wait_cell(r: &RegistrationInfo) -> String {
 fn row(r: &RegistrationInfo, streams: &[(String, Vec<String>)]) -> [String; 10] {
     let d = &r.descriptor;
     let model = match (d.model, d.wildcard) {
-        (DeliveryModel::JetStream, _) => match (&d.bucket, d.bucket_changes()) {
+        (DeliveryModel::JetStream, _) => match (&d.bucket, d.bucket_changes) {
             (Some(bucket), Some(changes)) => {
                 format!("jetstream, changes of bucket {bucket} ({changes})")
             }

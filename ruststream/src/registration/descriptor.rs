@@ -6,6 +6,7 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::BrokerSettings;
 use crate::settle::DeliveryModel;
 
 /// Where a registration's messages come from: a subject, a pattern, a stream consumer.
@@ -70,39 +71,19 @@ pub struct DescriptorInfo {
     pub copy_target: Option<String>,
     /// What kind of descriptor this is, as its type is called.
     pub kind: &'static str,
-    /// The subject a stream consumer filters on (JetStream); `None`: `subject`.
-    pub filter_subject: Option<String>,
-    /// How many deliveries may wait for a settlement at once (JetStream); `None`: the server's.
-    pub max_ack_pending: Option<i64>,
-    /// Where a new consumer starts in the stream (JetStream).
-    pub deliver_policy: DeliverPolicy,
     /// How many messages a batch handler gets at once; `None`: the broker's default.
     pub batch: Option<NonZeroUsize>,
-    /// How long one pull waits on the server; `None`: the broker's default.
-    pub pull_expiry: Option<Duration>,
     /// How long a batch handler's batch may wait to fill once its first message came; `None`:
     /// it takes what is ready at once.
     pub batch_max_wait: Option<Duration>,
     /// The key-value bucket whose changes the registration reads (its stream is the bucket's);
     /// `None` for a plain stream or subject.
     pub bucket: Option<String>,
-}
-
-/// Which messages of the stream a new consumer starts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum DeliverPolicy {
-    /// Every message the stream holds (the default).
-    #[default]
-    All,
-    /// Only messages stored after the consumer was created.
-    New,
-    /// The last message, then new ones.
-    Last,
-    /// The last message of each subject, then new ones.
-    LastPerSubject,
-    /// From this stream sequence on.
-    ByStartSequence(u64),
+    /// Which changes of its bucket a key-value registration reads, in words (`every revision`,
+    /// `latest per key`, `new changes only`), as `describe` shows them; `None` without a bucket.
+    pub bucket_changes: Option<&'static str>,
+    /// The broker's own settings, which only that broker reads, at startup.
+    pub broker: BrokerSettings,
 }
 
 impl DescriptorInfo {
@@ -118,25 +99,12 @@ impl DescriptorInfo {
             ack_wait: None,
             copy_target: None,
             kind: "subject",
-            filter_subject: None,
-            max_ack_pending: None,
-            deliver_policy: DeliverPolicy::All,
             batch: None,
-            pull_expiry: None,
             batch_max_wait: None,
             bucket: None,
+            bucket_changes: None,
+            broker: BrokerSettings::new(),
         }
-    }
-
-    /// Which changes of its bucket a key-value registration reads, in words (`every
-    /// revision`, `latest per key`, `new changes only`); `None` without a bucket.
-    pub fn bucket_changes(&self) -> Option<&'static str> {
-        self.bucket.as_ref()?;
-        Some(match self.deliver_policy {
-            DeliverPolicy::LastPerSubject => "latest per key",
-            DeliverPolicy::New => "new changes only",
-            _ => "every revision",
-        })
     }
 
     /// Sets where a Core copy goes by default.

@@ -6,6 +6,7 @@
 //! | file | holds |
 //! | --- | --- |
 //! | `descriptor.rs` | [`Descriptor`], [`DescriptorInfo`], [`PrefixedSubject`], subject prefixes |
+//! | `broker_settings.rs` | [`BrokerSettings`]: a broker's own settings of a descriptor, by type |
 //! | `policy.rs` | [`Policy`], [`OnFailure`] |
 //! | `lane_key.rs` | [`LaneKey`]: the key of `.by_key(..)`'s ordering lanes |
 //! | `info.rs` | [`RegistrationInfo`] (what `describe` and the startup checks read) |
@@ -19,10 +20,11 @@
 //! | `dispatch.rs` | [`Dispatcher`]: one handler slot; deliveries in, decisions out |
 //! | `mount.rs` | [`Mount`], [`WithHandler`], [`WithDeliveryHandler`]: what `b.include(..)` takes |
 //!
-//! Dependencies run one way: `descriptor`, `lane_key` ← `policy`, `traced` ← `schemas` ← `info`
-//! ← `builder`, `dispatch` ← `typed` ← `call`, `endpoint`, `mount`; `threads` ← `typed`,
-//! `endpoint`.
+//! Dependencies run one way: `broker_settings` ← `descriptor`, `lane_key` ← `policy`, `traced`
+//! ← `schemas` ← `info` ← `builder`, `dispatch` ← `typed` ← `call`, `endpoint`, `mount`;
+//! `threads` ← `typed`, `endpoint`.
 
+mod broker_settings;
 mod builder;
 mod call;
 mod descriptor;
@@ -37,8 +39,9 @@ mod threads;
 mod traced;
 mod typed;
 
+pub use self::broker_settings::BrokerSettings;
 pub use self::builder::Registration;
-pub use self::descriptor::{DeliverPolicy, Descriptor, DescriptorInfo, PrefixedSubject};
+pub use self::descriptor::{Descriptor, DescriptorInfo, PrefixedSubject};
 pub use self::dispatch::Dispatcher;
 pub use self::endpoint::Endpoint;
 pub use self::info::{RegistrationInfo, policy_notes};

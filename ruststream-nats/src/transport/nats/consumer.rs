@@ -16,11 +16,11 @@ use super::errors::{consumer_error, get_stream_error};
 use super::pull::{Lookahead, Puller};
 use super::reading::{Pumped, reading};
 use super::{NatsTransport, core_publish_error};
+use crate::transport::DeliverPolicy;
 use crate::transport::{
     ConsumerSpec, CorePubSub, PullConsumer, ReplySubject, StreamPlace, Subscription,
     TransportError, TransportErrorKind,
 };
-use ruststream::registration::DeliverPolicy;
 
 /// The most messages a registration of single messages keeps ahead of its handlers (a batch
 /// handler: its batch size, when larger). `pull.rs` says how much it actually keeps.

@@ -12,9 +12,9 @@ use tokio::time::Instant;
 use super::{State, Stored};
 use crate::jetstream_info::ack_subject;
 use crate::subject::{matches, overlaps};
+use crate::transport::DeliverPolicy;
 use crate::transport::in_process::facts::ConsumerFacts;
 use crate::transport::{ConsumerSpec, RawMessage, TransportError, TransportErrorKind};
-use ruststream::registration::DeliverPolicy;
 
 /// How many deliveries may wait for a settlement when the consumer sets no limit (the server's
 /// default).
