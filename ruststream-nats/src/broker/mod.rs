@@ -448,12 +448,10 @@ impl Broker for NatsBroker {
                     endpoint,
                     messages,
                     unsubscribe,
-                    executor,
                     stop: signal.clone(),
                     reopen,
                     batch,
                     linger,
-                    progress,
                     ahead: None,
                     supervisor: supervisor.clone(),
                 };

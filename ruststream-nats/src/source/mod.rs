@@ -61,7 +61,7 @@ pub(crate) use self::incoming::incoming_capped;
 pub(crate) use self::progress::{Progress, Resume};
 use self::stopping::{joined, stop_sent, stopping};
 use crate::JetStreamInfo;
-use crate::executor::{Executor, Incoming};
+use crate::executor::Incoming;
 use crate::publish::AwaitedRequest;
 use crate::transport::{MessageStream, RawMessage, Subscription, TransportError, Unsubscribe};
 
@@ -87,15 +87,12 @@ pub(crate) struct Source {
     pub(crate) endpoint: Endpoint,
     pub(crate) messages: MessageStream,
     pub(crate) unsubscribe: Box<dyn Unsubscribe>,
-    pub(crate) executor: Arc<Executor>,
     pub(crate) stop: StopSignal,
     pub(crate) reopen: Reopen,
     /// How many ready messages one handler call takes: 1, or a batch handler's batch size.
     pub(crate) batch: usize,
     /// How long a batch may wait to fill once its first message came (`max_wait`).
     pub(crate) linger: Option<Duration>,
-    /// Where the registration stands in its stream (JetStream).
-    pub(crate) progress: Arc<Progress>,
     /// A message found ready behind a Core request as it was taken ([`Source::behind`]):
     /// taken next, before anything else is read.
     pub(crate) ahead: Option<Incoming>,
@@ -421,7 +418,7 @@ impl Source {
             self.endpoint.policy().max_attempts,
         );
         if let Some(info) = incoming.delivery.extension::<JetStreamInfo>() {
-            self.progress.taken(info.stream_sequence);
+            self.handling.progress.taken(info.stream_sequence);
         }
         incoming
     }

@@ -138,7 +138,7 @@ impl Source {
     /// (another instance gets it at once), a Core message let go.
     async fn give_up(&mut self, model: DeliveryModel, incoming: Incoming) {
         if model == DeliveryModel::JetStream {
-            self.executor.release(&incoming).await;
+            self.handling.executor.release(&incoming).await;
         }
     }
 }
