@@ -133,8 +133,7 @@ impl Handling {
         if let (Some(guard), Some((key, revision))) = (&self.idempotency, claim) {
             Box::pin(span.around(guard.settled(key, revision, &decision))).await;
         }
-        span.around(run_after_ack(&self.executor, &incoming, &decision, sent))
-            .await;
+        run_after_ack(Some(&span), &self.executor, &incoming, &decision, sent).await;
     }
 
     /// Runs a batch handler on `unit` through `dispatcher` and executes the decisions.
@@ -349,7 +348,7 @@ pub(super) async fn settle(
     decision: &Decision,
 ) {
     let sent = settle_only(executor, progress, incoming, handled, decision).await;
-    run_after_ack(executor, incoming, decision, sent).await;
+    run_after_ack(None, executor, incoming, decision, sent).await;
 }
 
 /// Executes `decision` for `incoming`, unless a later delivery of the same message was already
@@ -383,18 +382,25 @@ pub(super) async fn settle_only(
     sent
 }
 
-/// Runs the after-ack hooks `incoming`'s handler registered, once it is settled (`sent`); a
-/// registration with an idempotency guard records the key as handled first, so a slow hook does
-/// not hold the key's claim.
+/// Runs the after-ack hooks `incoming`'s handler registered, once it is settled (`sent`), inside
+/// the delivery's `span` when given; the span is entered only when there are hooks (most
+/// handlers register none). A registration with an idempotency guard records the key as handled
+/// first, so a slow hook does not hold the key's claim.
 pub(super) async fn run_after_ack(
+    span: Option<&telemetry::DeliverySpan>,
     executor: &Executor,
     incoming: &Incoming,
     decision: &Decision,
     sent: Option<ruststream::settle::AckKind>,
 ) {
     let hooks = incoming.delivery.take_after_ack();
-    if !hooks.is_empty() {
-        Box::pin(after_ack(executor, incoming, decision, sent, hooks)).await;
+    if hooks.is_empty() {
+        return;
+    }
+    let run = Box::pin(after_ack(executor, incoming, decision, sent, hooks));
+    match span {
+        Some(span) => span.around(run).await,
+        None => run.await,
     }
 }
 

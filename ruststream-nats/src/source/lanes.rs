@@ -340,8 +340,7 @@ impl Shared {
             if let (Some(guard), Some((key, revision))) = (&handling.idempotency, claim) {
                 span.around(guard.settled(key, revision, &decision)).await;
             }
-            span.around(run_after_ack(executor, &incoming, &decision, sent))
-                .await;
+            run_after_ack(Some(&span), executor, &incoming, &decision, sent).await;
             handling.give_back(dispatcher);
             return;
         }
