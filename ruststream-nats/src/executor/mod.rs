@@ -4,7 +4,7 @@
 //! The decision itself is `ruststream::settle::decide`, a pure function; nothing here decides.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 
 use bytes::Bytes;
 use ruststream::registration::{Handled, RegistrationInfo};
@@ -32,16 +32,6 @@ pub(crate) struct Incoming {
 }
 
 /// Executes the decisions of one registration.
-/// How many deliveries of one message make the runtime say that it is looping.
-const LOOPING_DELIVERIES: u64 = 100;
-
-fn is_power_of_ten(mut n: u64) -> bool {
-    while n >= 10 && n.is_multiple_of(10) {
-        n /= 10;
-    }
-    n == 1
-}
-
 pub(crate) struct Executor {
     transport: Arc<dyn Transport>,
     copies: Arc<Copies>,
@@ -103,6 +93,30 @@ impl Executor {
         self
     }
 
+    /// [`execute`](Self::execute) for a decision that sends nothing to the server and publishes
+    /// nothing (a Core message's outcome): done here, without a future. `None` when the decision
+    /// has something to send.
+    pub(crate) fn execute_at_once(
+        &self,
+        incoming: &Incoming,
+        handled: &Handled,
+        decision: &Decision,
+    ) -> Option<Option<AckKind>> {
+        if decision.dead_letter || decision.copy.is_some() {
+            return None;
+        }
+        let unsupported = match decision.settle {
+            Settle::Send(_) => return None,
+            Settle::Unsupported(kind) => Some(kind),
+            Settle::Nothing => None,
+        };
+        self.log_handled(&incoming.delivery, handled, decision);
+        if let Some(kind) = unsupported {
+            self.unsupported(kind);
+        }
+        Some(None)
+    }
+
     /// Logs what the handler said when it needs saying, then carries out `decision`. Returns
     /// the acknowledgement that reached the server, if one did: a failed dead letter's hold in
     /// place of the decision's, `None` when nothing was sent or the send failed.
@@ -112,6 +126,9 @@ impl Executor {
         handled: &Handled,
         decision: &Decision,
     ) -> Option<AckKind> {
+        if let Some(sent) = self.execute_at_once(incoming, handled, decision) {
+            return sent;
+        }
         self.log_handled(&incoming.delivery, handled, decision);
         if decision.dead_letter {
             let Some(dead_letter) = &self.dead_letter else {
@@ -365,116 +382,10 @@ impl Executor {
             .await?;
         self.transport.flush().await
     }
-
-    /// Core settles nothing. `ack()` is what a Core handler says when it is done: correct
-    /// code, at debug. Any other kind: a warning naming the subscription once, then at debug.
-    fn unsupported(&self, kind: AckKind) {
-        let err = AckError::Unsupported;
-        if kind == AckKind::Ack || self.warned_unsupported.swap(true, Ordering::Relaxed) {
-            tracing::debug!(
-                registration = %self.registration,
-                subject = %self.subject,
-                outcome = %kind,
-                %err,
-                "Core NATS settles nothing"
-            );
-        } else {
-            tracing::warn!(
-                registration = %self.registration,
-                subject = %self.subject,
-                outcome = %kind,
-                %err,
-                "Core NATS settles nothing: the outcome is not sent to the server (logged once for this subscription, then at debug)"
-            );
-        }
-    }
-
-    fn log_handled(&self, delivery: &Delivery, handled: &Handled, decision: &Decision) {
-        // A message delivered over and over (a retry without a cap): said at 100, 1 000, ...
-        let count = delivery
-            .delivered()
-            .unwrap_or_else(|| u64::from(delivery.attempt().get()));
-        if count >= LOOPING_DELIVERIES && is_power_of_ten(count) {
-            tracing::warn!(
-                registration = %self.registration,
-                subject = delivery.subject(),
-                deliveries = count,
-                "one message was delivered {count} times; a handler that keeps answering `retry()` without a cap is delivered again forever: add `.max_attempts(..)` at its mount site"
-            );
-        }
-        match handled {
-            Handled::Outcome(ruststream::HandlerOutcome::DeadLetter) if !decision.dead_letter => {
-                tracing::error!(
-                    registration = %self.registration,
-                    subject = delivery.subject(),
-                    attempt = delivery.attempt().get(),
-                    "the handler answered dead_letter() and the registration declares no dead-letter subject: the message is dropped; add `.dead_letter(\"subject\")` at the mount site to keep it"
-                );
-            }
-            Handled::Outcome(_) => {}
-            Handled::Undecodable(error) => tracing::warn!(
-                registration = %self.registration,
-                subject = delivery.subject(),
-                error = %if self.log_payload_values {
-                    error.clone()
-                } else {
-                    decode_error_shape(error)
-                },
-                dead_letter = decision.dead_letter,
-                "the payload does not decode; it is not retried"
-            ),
-            Handled::Panicked(panic) => tracing::error!(
-                registration = %self.registration,
-                subject = delivery.subject(),
-                %panic,
-                attempt = delivery.attempt().get(),
-                "the handler panicked; treated as retry()"
-            ),
-            // Logged with its source chain where the handler returned it.
-            Handled::Failed(_) => {}
-            Handled::TimedOut(limit) => tracing::error!(
-                registration = %self.registration,
-                subject = delivery.subject(),
-                ?limit,
-                attempt = delivery.attempt().get(),
-                "the handler ran past its timeout and was cancelled; treated as retry()"
-            ),
-            Handled::PastCap => tracing::error!(
-                registration = %self.registration,
-                subject = delivery.subject(),
-                attempt = delivery.attempt().get(),
-                dead_letter = decision.dead_letter,
-                "the delivery arrived past the cap (an earlier delivery hung past ack_wait, crashed the process, or its dead letter failed): the handler does not run again; it goes to the dead-letter subject when one is declared, and is terminated"
-            ),
-            Handled::Unpublishable(reason) if decision.dead_letter => tracing::error!(
-                registration = %self.registration,
-                subject = delivery.subject(),
-                %reason,
-                "an output of the handling can never be published; not retried: the delivery goes to the dead-letter subject"
-            ),
-            Handled::Unpublishable(reason) => tracing::error!(
-                registration = %self.registration,
-                subject = delivery.subject(),
-                %reason,
-                "an output of the handling can never be published; not retried, and the registration has no dead-letter subject: the delivery is dropped"
-            ),
-            Handled::NoOutcome(reason) => tracing::error!(
-                registration = %self.registration,
-                subject = delivery.subject(),
-                %reason,
-                "nothing settles the delivery"
-            ),
-            _ => tracing::warn!(
-                registration = %self.registration,
-                subject = delivery.subject(),
-                ?handled,
-                "the delivery was handled in a way this broker does not know"
-            ),
-        }
-    }
 }
 
 mod decode_shape;
+mod logs;
 
 pub(crate) use self::decode_shape::decode_error_shape;
 

@@ -2,6 +2,7 @@
 
 use std::num::NonZeroU32;
 use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use futures::future::BoxFuture;
 use ruststream::Registration;
@@ -234,6 +235,36 @@ async fn a_core_retry_below_the_cap_is_a_copy_with_its_count() {
     // The copy; the settlement is unsupported on Core and only logged.
     assert_eq!(wire.sent(), ["pub orders.created {}"]);
     assert!(executor.warned_unsupported.load(Ordering::Relaxed));
+}
+
+#[test]
+fn only_a_decision_with_nothing_to_send_is_carried_out_at_once() {
+    let wire = Wire::new(|| Ok(1), None);
+    let core = executor(&wire, DeliveryModel::Core, true);
+    let incoming = Incoming {
+        delivery: Delivery::new("orders.created", Bytes::from_static(b"{}")),
+        ack_subject: None,
+    };
+    let facts = executor_facts(&incoming).with_dead_letter();
+    let at_once = |outcome: HandlerOutcome| {
+        let decision = decide(&outcome, &facts);
+        core.execute_at_once(&incoming, &Handled::Outcome(outcome), &decision)
+    };
+    // A Core ack and a Core drop: nothing goes out, and nothing is awaited.
+    assert_eq!(at_once(HandlerOutcome::ack()), Some(None));
+    assert_eq!(at_once(HandlerOutcome::drop()), Some(None));
+    // A retry publishes its copy; a dead letter publishes too: both take the awaited path.
+    assert_eq!(at_once(HandlerOutcome::retry()), None);
+    assert_eq!(at_once(HandlerOutcome::dead_letter()), None);
+    assert!(wire.sent().is_empty(), "nothing was sent at once");
+    // A JetStream acknowledgement is sent: never at once.
+    let jetstream = executor(&wire, DeliveryModel::JetStream, false);
+    let decision = decide(&HandlerOutcome::ack(), &Facts::jetstream(NonZeroU32::MIN));
+    let handled = Handled::Outcome(HandlerOutcome::ack());
+    assert_eq!(
+        jetstream.execute_at_once(&incoming, &handled, &decision),
+        None
+    );
 }
 
 #[test]

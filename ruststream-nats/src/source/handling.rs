@@ -118,22 +118,39 @@ impl Handling {
             delivery,
             ack_subject,
         };
-        let settling = settle_only(
-            &self.executor,
-            &self.progress,
-            &incoming,
-            &handled,
-            &decision,
-        );
-        let sent = if span.is_quiet() {
-            settling.await
+        // A decision with nothing to send (a Core message's) is carried out without a future
+        // when nothing listens to the span.
+        let quiet = span.is_quiet();
+        let at_once = if quiet && incoming.delivery.extension::<JetStreamInfo>().is_none() {
+            self.executor
+                .execute_at_once(&incoming, &handled, &decision)
         } else {
-            span.around(settling).await
+            None
+        };
+        let sent = match at_once {
+            Some(sent) => sent,
+            None => {
+                let settling = settle_only(
+                    &self.executor,
+                    &self.progress,
+                    &incoming,
+                    &handled,
+                    &decision,
+                );
+                if quiet {
+                    settling.await
+                } else {
+                    span.around(settling).await
+                }
+            }
         };
         if let (Some(guard), Some((key, revision))) = (&self.idempotency, claim) {
             Box::pin(span.around(guard.settled(key, revision, &decision))).await;
         }
-        run_after_ack(Some(&span), &self.executor, &incoming, &decision, sent).await;
+        if let Some(hooks) = run_after_ack(Some(&span), &self.executor, &incoming, &decision, sent)
+        {
+            hooks.await;
+        }
     }
 
     /// Runs a batch handler on `unit` through `dispatcher` and executes the decisions.
@@ -348,7 +365,9 @@ pub(super) async fn settle(
     decision: &Decision,
 ) {
     let sent = settle_only(executor, progress, incoming, handled, decision).await;
-    run_after_ack(None, executor, incoming, decision, sent).await;
+    if let Some(hooks) = run_after_ack(None, executor, incoming, decision, sent) {
+        hooks.await;
+    }
 }
 
 /// Executes `decision` for `incoming`, unless a later delivery of the same message was already
@@ -382,26 +401,26 @@ pub(super) async fn settle_only(
     sent
 }
 
-/// Runs the after-ack hooks `incoming`'s handler registered, once it is settled (`sent`), inside
-/// the delivery's `span` when given; the span is entered only when there are hooks (most
-/// handlers register none). A registration with an idempotency guard records the key as handled
-/// first, so a slow hook does not hold the key's claim.
-pub(super) async fn run_after_ack(
-    span: Option<&telemetry::DeliverySpan>,
-    executor: &Executor,
-    incoming: &Incoming,
-    decision: &Decision,
+/// The after-ack hooks `incoming`'s handler registered, to run once it is settled (`sent`),
+/// inside the delivery's `span` when given; `None`, with nothing to await, when there are none
+/// (most handlers register none). A registration with an idempotency guard records the key as
+/// handled first, so a slow hook does not hold the key's claim.
+pub(super) fn run_after_ack<'a>(
+    span: Option<&'a telemetry::DeliverySpan>,
+    executor: &'a Executor,
+    incoming: &'a Incoming,
+    decision: &'a Decision,
     sent: Option<ruststream::settle::AckKind>,
-) {
+) -> Option<futures::future::BoxFuture<'a, ()>> {
     let hooks = incoming.delivery.take_after_ack();
     if hooks.is_empty() {
-        return;
+        return None;
     }
-    let run = Box::pin(after_ack(executor, incoming, decision, sent, hooks));
-    match span {
-        Some(span) => span.around(run).await,
-        None => run.await,
-    }
+    let run = after_ack(executor, incoming, decision, sent, hooks);
+    Some(match span {
+        Some(span) => Box::pin(span.around(run)),
+        None => Box::pin(run),
+    })
 }
 
 /// Runs the after-ack hooks of `incoming` when it was acknowledged: on JetStream once its

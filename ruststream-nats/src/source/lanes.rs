@@ -340,7 +340,9 @@ impl Shared {
             if let (Some(guard), Some((key, revision))) = (&handling.idempotency, claim) {
                 span.around(guard.settled(key, revision, &decision)).await;
             }
-            run_after_ack(Some(&span), executor, &incoming, &decision, sent).await;
+            if let Some(hooks) = run_after_ack(Some(&span), executor, &incoming, &decision, sent) {
+                hooks.await;
+            }
             handling.give_back(dispatcher);
             return;
         }
