@@ -87,6 +87,14 @@ impl std::ops::Deref for DeliverySpan {
 /// would leave it unsettled (a Core message lost, a JetStream one waiting for `ack_wait`). The
 /// guard costs nothing while nothing panics.
 pub(crate) fn delivery_span(endpoint: &Endpoint, delivery: &Delivery) -> DeliverySpan {
+    // Nothing can listen (no subscriber takes info-level spans, no delivery log is written):
+    // the span would be disabled, so none is made. The span macro checks the same first.
+    if !tracing::level_enabled!(tracing::Level::INFO) && !DeliveryLog::wanted() {
+        return DeliverySpan {
+            span: tracing::Span::none(),
+            log: None,
+        };
+    }
     std::panic::catch_unwind(AssertUnwindSafe(|| span_and_log(endpoint, delivery))).unwrap_or_else(
         |panic| {
             tracing::error!(

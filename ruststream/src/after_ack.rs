@@ -46,6 +46,7 @@ impl Slot {
     }
 
     /// Takes every hook registered so far.
+    #[inline]
     pub(crate) fn take(&self) -> AfterAck {
         let hooks = match self.0.get() {
             Some(hooks) => {
@@ -79,6 +80,7 @@ pub struct AfterAck {
 
 impl AfterAck {
     /// Whether no hook was registered.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.hooks.is_empty()
     }

@@ -22,6 +22,7 @@ impl Headers {
     }
 
     /// The first value of `name`, compared case-sensitively as NATS does.
+    #[inline]
     pub fn get(&self, name: &str) -> Option<&str> {
         self.entries
             .iter()
@@ -326,6 +327,7 @@ impl Delivery {
     /// The hooks its handler registered with [`Context::after_ack`](crate::Context::after_ack),
     /// taken: a broker runs them once the delivery's acknowledgement reached the server, and
     /// drops them when the delivery was settled any other way.
+    #[inline]
     pub fn take_after_ack(&self) -> crate::AfterAck {
         self.0.after_ack.take()
     }

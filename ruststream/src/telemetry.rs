@@ -136,11 +136,13 @@ impl HandlerMetrics {
     }
 
     /// A delivery reached the handler.
+    #[inline]
     pub fn started(&self) {
         self.in_flight.increment(1.0);
     }
 
     /// The handler is done with a delivery after `took`.
+    #[inline]
     pub fn finished(&self, handled: &Handled, took: Duration) {
         self.in_flight.decrement(1.0);
         self.duration.record(took.as_secs_f64());

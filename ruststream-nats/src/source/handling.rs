@@ -405,6 +405,7 @@ pub(super) async fn settle_only(
 /// inside the delivery's `span` when given; `None`, with nothing to await, when there are none
 /// (most handlers register none). A registration with an idempotency guard records the key as
 /// handled first, so a slow hook does not hold the key's claim.
+#[inline]
 pub(super) fn run_after_ack<'a>(
     span: Option<&'a telemetry::DeliverySpan>,
     executor: &'a Executor,
