@@ -164,6 +164,24 @@ struct Parts {
     after_ack: crate::after_ack::Slot,
 }
 
+impl Parts {
+    /// A first attempt on `subject`, with nothing else set.
+    #[inline]
+    fn fresh(subject: Arc<str>, payload: Bytes) -> Self {
+        Self {
+            subject,
+            payload,
+            headers: Headers::new(),
+            reply: None,
+            delivered: None,
+            attempt: NonZeroU32::MIN,
+            max_attempts: None,
+            extensions: Extensions::default(),
+            after_ack: crate::after_ack::Slot::default(),
+        }
+    }
+}
+
 impl Delivery {
     /// A copy of this delivery, its extensions shared: what a call on a registration's threads
     /// (`.threads(n)`) owns while the original stays with the broker.
@@ -187,17 +205,16 @@ impl Delivery {
     // whole in and out of each call.
     #[inline]
     pub fn new(subject: impl Into<Arc<str>>, payload: Bytes) -> Self {
-        Self(Box::new(Parts {
-            subject: subject.into(),
-            payload,
-            headers: Headers::new(),
-            reply: None,
-            delivered: None,
-            attempt: NonZeroU32::MIN,
-            max_attempts: None,
-            extensions: Extensions::default(),
-            after_ack: crate::after_ack::Slot::default(),
-        }))
+        Self(Box::new(Parts::fresh(subject.into(), payload)))
+    }
+
+    /// This delivery's allocation made over for a new message: the same as
+    /// [`Delivery::new`]`(subject, payload)`, keeping nothing of this one. A broker that is done
+    /// with a delivery builds its next one this way, without allocating.
+    #[inline]
+    pub fn renew(mut self, subject: impl Into<Arc<str>>, payload: Bytes) -> Self {
+        *self.0 = Parts::fresh(subject.into(), payload);
+        self
     }
 
     /// Sets the headers.
@@ -391,6 +408,27 @@ mod tests {
     #[test]
     fn a_delivery_is_one_pointer() {
         assert_eq!(size_of::<Delivery>(), size_of::<usize>());
+    }
+
+    #[test]
+    fn a_renewed_delivery_keeps_nothing_of_the_last_one() {
+        let mut headers = Headers::new();
+        headers.insert("k", "v");
+        let mut spent = Delivery::new("orders.placed", Bytes::from_static(b"{}"))
+            .with_headers(headers)
+            .with_reply(Some(Arc::from("_INBOX.1")))
+            .with_delivered(Some(3))
+            .with_attempt(NonZeroU32::new(2).expect("not zero"))
+            .with_max_attempts(NonZeroU32::new(5));
+        spent.extensions_mut().insert(7_u64);
+        spent.push_after_ack(Box::pin(async {}));
+        let at = &*spent.0 as *const Parts;
+        let renewed = spent.renew("orders.paid", Bytes::from_static(b"[]"));
+        assert_eq!(&*renewed.0 as *const Parts, at, "the allocation is reused");
+        let fresh = Delivery::new("orders.paid", Bytes::from_static(b"[]"));
+        assert_eq!(format!("{renewed:?}"), format!("{fresh:?}"));
+        assert_eq!(renewed.extension::<u64>(), None);
+        assert!(renewed.take_after_ack().is_empty());
     }
 
     #[test]

@@ -453,6 +453,8 @@ impl Broker for NatsBroker {
                     batch,
                     linger,
                     ahead: None,
+                    spent: None,
+                    looked: None,
                     supervisor: supervisor.clone(),
                 };
                 let name = source.endpoint.name().to_owned();

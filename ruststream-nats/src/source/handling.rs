@@ -75,7 +75,13 @@ impl Handling {
 
     /// Runs the handler on one delivery through `dispatcher`: the idempotency claim, the
     /// progress signals while it runs, the settlement, the key recorded and the after-ack hooks.
-    pub(super) async fn one(&self, incoming: Incoming, dispatcher: &mut Dispatcher) {
+    /// Resolves with the delivery once it is settled (`None` when it was settled before the
+    /// handler ran).
+    pub(super) async fn one(
+        &self,
+        incoming: Incoming,
+        dispatcher: &mut Dispatcher,
+    ) -> Option<Delivery> {
         // Boxed: the guard's future is large, and only idempotent registrations run it.
         let claim = match &self.idempotency {
             Some(guard) => {
@@ -88,7 +94,7 @@ impl Handling {
                 ));
                 match admitted.await {
                     Some(claim) => claim,
-                    None => return,
+                    None => return None,
                 }
             }
             None => None,
@@ -151,6 +157,7 @@ impl Handling {
         {
             hooks.await;
         }
+        Some(incoming.delivery)
     }
 
     /// Runs a batch handler on `unit` through `dispatcher` and executes the decisions.
@@ -191,8 +198,28 @@ impl Handling {
     }
 }
 
-/// Runs the handler on `unit` through `dispatcher` and executes the decisions; resolves with the
-/// dispatcher, for the slot's next unit.
+impl Handling {
+    /// Runs the handler on `unit` through `dispatcher` and executes the decisions; resolves with
+    /// a single delivery once it is settled, for the next message to be built in.
+    pub(super) async fn run(&self, unit: Unit, dispatcher: &mut Dispatcher) -> Option<Delivery> {
+        match unit {
+            Unit::One(incoming) => return self.one(incoming, dispatcher).await,
+            // The batch path is boxed: its future is the largest, and only batch handlers run it.
+            Unit::Batch(unit) if self.endpoint.is_batch() => {
+                Box::pin(self.batch(unit, dispatcher)).await;
+            }
+            Unit::Batch(unit) => {
+                for incoming in unit {
+                    self.one(incoming, dispatcher).await;
+                }
+            }
+        }
+        None
+    }
+}
+
+/// [`Handling::run`] as a future of its own, for a task; resolves with the dispatcher, for the
+/// slot's next unit.
 pub(super) fn handle(
     handling: &Arc<Handling>,
     unit: Unit,
@@ -200,18 +227,7 @@ pub(super) fn handle(
 ) -> impl Future<Output = Dispatcher> + Send + 'static {
     let handling = Arc::clone(handling);
     async move {
-        match unit {
-            Unit::One(incoming) => handling.one(incoming, &mut dispatcher).await,
-            // The batch path is boxed: its future is the largest, and only batch handlers run it.
-            Unit::Batch(unit) if handling.endpoint.is_batch() => {
-                Box::pin(handling.batch(unit, &mut dispatcher)).await;
-            }
-            Unit::Batch(unit) => {
-                for incoming in unit {
-                    handling.one(incoming, &mut dispatcher).await;
-                }
-            }
-        }
+        handling.run(unit, &mut dispatcher).await;
         dispatcher
     }
 }

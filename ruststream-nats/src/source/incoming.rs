@@ -27,6 +27,21 @@ pub(crate) fn incoming_capped(
     registration: &str,
     cap: Option<NonZeroU32>,
 ) -> Incoming {
+    incoming_into(raw, model, registration, cap, None)
+}
+
+/// [`incoming_capped`], built in `spent`'s allocation when given (a delivery that is settled).
+pub(crate) fn incoming_into(
+    raw: RawMessage,
+    model: DeliveryModel,
+    registration: &str,
+    cap: Option<NonZeroU32>,
+    spent: Option<Delivery>,
+) -> Incoming {
+    let delivery = |subject: Arc<str>, payload| match spent {
+        Some(spent) => spent.renew(subject, payload),
+        None => Delivery::new(subject, payload),
+    };
     let RawMessage {
         subject,
         reply,
@@ -36,7 +51,7 @@ pub(crate) fn incoming_capped(
     } = raw;
     match model {
         DeliveryModel::JetStream => {
-            let mut delivery = Delivery::new(subject, payload)
+            let mut delivery = delivery(subject, payload)
                 .with_headers(headers)
                 .with_max_attempts(cap);
             // Read by the transport already, as a rule (the pull reads it to check that a
@@ -64,7 +79,7 @@ pub(crate) fn incoming_capped(
         // Core, and anything a later model might be: the publisher's reply subject is kept.
         _ => {
             let attempt = core_attempt(&headers, &subject, registration, cap);
-            let delivery = Delivery::new(subject, payload)
+            let delivery = delivery(subject, payload)
                 .with_headers(headers)
                 .with_reply(reply.map(Arc::from))
                 .with_attempt(attempt)

@@ -47,9 +47,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use futures::future::{BoxFuture, CatchUnwind};
+use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use ruststream::__private::panic_message;
 use ruststream::Endpoint;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -57,9 +56,11 @@ use tokio::time::Instant;
 
 pub(crate) use self::handling::Handling;
 use self::handling::{Unit, handle};
+#[cfg(test)]
 pub(crate) use self::incoming::incoming_capped;
+use self::incoming::incoming_into;
 pub(crate) use self::progress::{Progress, Resume};
-use self::stopping::{joined, stop_sent, stopping};
+use self::stopping::{joined, panicked, stop_sent, stopping};
 use crate::JetStreamInfo;
 use crate::executor::Incoming;
 use crate::publish::AwaitedRequest;
@@ -79,6 +80,15 @@ const REOPEN_PAUSE_MAX: Duration = Duration::from_secs(30);
 pub(crate) type Reopen =
     Arc<dyn Fn() -> BoxFuture<'static, Result<Subscription, ruststream::Error>> + Send + Sync>;
 
+/// What a look at the messages ([`Source::ready_now`]) found instead of a message: `first`
+/// hands it over next, as if it had read it.
+pub(crate) enum Looked {
+    /// The subscription reported an error.
+    Failed(TransportError),
+    /// The subscription ended.
+    Ended,
+}
+
 /// `None` while running; the drain deadline once the broker is stopping.
 pub(crate) type StopSignal = watch::Receiver<Option<Instant>>;
 
@@ -96,6 +106,10 @@ pub(crate) struct Source {
     /// A message found ready behind a Core request as it was taken ([`Source::behind`]):
     /// taken next, before anything else is read.
     pub(crate) ahead: Option<Incoming>,
+    /// The last delivery handled in place, settled: the next message is built in its allocation.
+    pub(crate) spent: Option<ruststream::Delivery>,
+    /// What a look ([`Source::ready_now`]) found instead of a message, handed over next.
+    pub(crate) looked: Option<Looked>,
     /// Told whether the registration consumes (`/readyz`).
     pub(crate) supervisor: crate::supervise::Supervisor,
     /// What runs each unit in a handler slot, shared by the slots.
@@ -106,7 +120,6 @@ impl Source {
     /// Runs until the broker stops; returns how many handlers were still running at the drain
     /// deadline (abandoned, their deliveries unsettled).
     pub(crate) async fn run(mut self) -> usize {
-        let model = self.endpoint.info().descriptor.model;
         crate::telemetry::warm_clock();
         let permits = Arc::new(Semaphore::new(self.endpoint.policy().concurrency.get()));
         let mut tasks = JoinSet::new();
@@ -118,12 +131,11 @@ impl Source {
         // and it starts marked changed, so a stop sent before this run is looked at too.
         let mut watch = self.stop.clone();
         watch.mark_changed();
-        // One handler at a time: it runs in this task, without a task or a permit per message,
-        // through the slot's own dispatcher; its handling's future lives in `slot`, allocated
-        // once for the run.
+        // One handler at a time: it runs in place in this task, without a task, a permit or an
+        // allocation per message, through the slot's own dispatcher.
         let inline = self.endpoint.policy().concurrency.get() == 1;
-        let mut own = inline.then(|| self.handling.dispatcher());
-        let mut slot = Box::pin(None);
+        let handling = Arc::clone(&self.handling);
+        let mut own = inline.then(|| handling.dispatcher());
         // `.by_key(..)`: deliveries of one key in order (`lanes.rs`).
         let lanes = lanes::Lanes::of(&self);
         let deadline = loop {
@@ -177,54 +189,46 @@ impl Source {
                 }
                 continue;
             }
-            let dispatcher = own.take().unwrap_or_else(|| self.handling.dispatcher());
-            let handling = handle(&self.handling, unit, dispatcher);
-            slot.set(Some(AssertUnwindSafe(handling).catch_unwind()));
-            let name = self.endpoint.name();
-            match finish(name, &mut slot, stopped.as_mut(), &permits, &mut tasks).await {
-                // A panic outside the handler lost the dispatcher: the next unit makes one.
-                Ok(dispatcher) => own = dispatcher,
-                Err(deadline) => break deadline,
+            // Then whatever the client already holds, handled the same way without going
+            // back through `first` (a look: `ready_now`).
+            let mut unit = unit;
+            loop {
+                let done = {
+                    let dispatcher = own.get_or_insert_with(|| handling.dispatcher());
+                    let run = AssertUnwindSafe(handling.run(unit, dispatcher)).catch_unwind();
+                    let mut in_place = std::pin::pin!(run);
+                    let done = std::future::poll_fn(|cx| match in_place.as_mut().poll(cx) {
+                        Poll::Ready(done) => Poll::Ready(Ok(done)),
+                        Poll::Pending => stopped.as_mut().poll(cx).map(Err),
+                    })
+                    .await;
+                    match done {
+                        Ok(done) => done,
+                        Err(deadline) => {
+                            let lanes = lanes.as_ref();
+                            return self
+                                .stop_in_place(in_place, deadline, &permits, &mut tasks, lanes)
+                                .await;
+                        }
+                    }
+                };
+                match done {
+                    Ok(spent) => self.spent = spent,
+                    Err(panic) => {
+                        panicked(self.endpoint.name(), Err(panic));
+                        // A panic outside the handler may have left the dispatcher mid-call: the
+                        // next unit makes one.
+                        own = None;
+                    }
+                }
+                match self.ready_now(&watch) {
+                    Some(next) => unit = Unit::One(next),
+                    None => break,
+                }
             }
         };
-
-        let last_start = stopping::last_start(model, deadline);
-        if !ended {
-            if tokio::time::timeout_at(deadline, self.unsubscribe.stop())
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    registration = self.endpoint.name(),
-                    "the subscription did not stop before the drain deadline"
-                );
-            }
-            let lanes = lanes.as_ref();
-            self.leftovers(model, &permits, &mut tasks, lanes, deadline, last_start)
-                .await;
-        }
-        if let Some(lanes) = &lanes {
-            lanes.release_waiting(last_start).await;
-        }
-
-        let registration = self.endpoint.name();
-        let finished = tokio::time::timeout_at(deadline, async {
-            while let Some(result) = tasks.join_next().await {
-                joined(registration, result);
-            }
-        })
-        .await;
-        if finished.is_ok() {
-            return 0;
-        }
-        let abandoned = tasks.len();
-        tasks.abort_all();
-        tracing::warn!(
-            registration = self.endpoint.name(),
-            abandoned,
-            "handlers still ran at the drain timeout and were abandoned; their deliveries are not settled (JetStream delivers them again after ack_wait)"
-        );
-        abandoned
+        self.drain(deadline, ended, &permits, &mut tasks, lanes.as_ref())
+            .await
     }
 
     /// Opens the subscription again, with a growing pause between tries, until it opens (`None`)
@@ -292,7 +296,7 @@ impl Source {
     /// `watch`'s version (`has_changed`: an atomic load) tells whether the signal moved, so a
     /// busy source does not poll the signal's future for every message. At concurrency 1 with a
     /// handler that finishes at once, this look is the only place a busy source notices the
-    /// stop (`finish` polls the handling first). So `watch` is `run`'s own receiver, used
+    /// stop (`run` polls the handling first). So `watch` is `run`'s own receiver, used
     /// nowhere else: a new version is marked seen here only after its value was read (a stop
     /// is then acted on at once), and `run` marks it changed before the first look.
     async fn first(
@@ -305,6 +309,11 @@ impl Source {
                 // Taken already: handed over before the stop is looked at, so it is not lost.
                 if let Some(ahead) = self.ahead.take() {
                     return Poll::Ready(Ok(Ok(Some(self.behind(ahead)))));
+                }
+                match self.looked.take() {
+                    Some(Looked::Failed(err)) => return Poll::Ready(Ok(Err(err))),
+                    Some(Looked::Ended) => return Poll::Ready(Ok(Ok(None))),
+                    None => {}
                 }
                 // Changed (or the broker gone: the signal then resolves at once).
                 if watch.has_changed().unwrap_or(true)
@@ -336,6 +345,34 @@ impl Source {
                     }
                 }
             }
+        }
+    }
+
+    /// After a message handled in place: the next one when the client holds it already and the
+    /// stop signal did not move (`None` otherwise, and `first` waits). A look, not a wait: the
+    /// waker it registers is replaced by `first`'s own before the task waits.
+    fn ready_now(&mut self, watch: &StopSignal) -> Option<Incoming> {
+        if self.batch > 1 || watch.has_changed().unwrap_or(true) {
+            return None;
+        }
+        if let Some(ahead) = self.ahead.take() {
+            return Some(self.behind(ahead));
+        }
+        let mut look = std::task::Context::from_waker(std::task::Waker::noop());
+        match self.messages.poll_next_unpin(&mut look) {
+            Poll::Ready(Some(Ok(raw))) => {
+                let incoming = self.incoming(raw);
+                Some(self.behind(incoming))
+            }
+            Poll::Ready(Some(Err(err))) => {
+                self.looked = Some(Looked::Failed(err));
+                None
+            }
+            Poll::Ready(None) => {
+                self.looked = Some(Looked::Ended);
+                None
+            }
+            Poll::Pending => None,
         }
     }
 
@@ -410,67 +447,17 @@ impl Source {
     }
 
     /// A message taken for handling (counted in the registration's [`Progress`]).
-    fn incoming(&self, raw: RawMessage) -> Incoming {
-        let incoming = incoming_capped(
+    fn incoming(&mut self, raw: RawMessage) -> Incoming {
+        let incoming = incoming_into(
             raw,
             self.endpoint.info().descriptor.model,
             self.endpoint.name(),
             self.endpoint.policy().max_attempts,
+            self.spent.take(),
         );
         if let Some(info) = incoming.delivery.extension::<JetStreamInfo>() {
             self.handling.progress.taken(info.stream_sequence);
         }
         incoming
-    }
-}
-
-/// Awaits the handling in `slot`, run in the source's own task: `Ok(Some(what it resolved
-/// with))`, `Ok(None)` when it panicked (logged), `Err(deadline)` when the broker began
-/// stopping first; the handling then finishes as one of `tasks`, alongside the drain.
-async fn finish<F>(
-    registration: &str,
-    slot: &mut Pin<Box<Option<CatchUnwind<AssertUnwindSafe<F>>>>>,
-    stopped: Pin<&mut impl Future<Output = Instant>>,
-    permits: &Arc<Semaphore>,
-    tasks: &mut JoinSet<()>,
-) -> Result<Option<F::Output>, Instant>
-where
-    F: Future + Send + 'static,
-{
-    let handling = std::future::poll_fn(|cx| match slot.as_mut().as_pin_mut() {
-        Some(handling) => handling.poll(cx),
-        None => std::task::Poll::Pending,
-    });
-    tokio::select! {
-        biased;
-        done = handling => {
-            // Dropped now (the delivery, its clones), not at the next message.
-            slot.set(None);
-            match done {
-                Ok(out) => Ok(Some(out)),
-                Err(panic) => {
-                    tracing::error!(
-                        registration,
-                        panic = panic_message(&*panic),
-                        "settling a delivery panicked"
-                    );
-                    Ok(None)
-                }
-            }
-        }
-        deadline = stopped => {
-            // Stopping: the handler finishes alongside the drain, as a task.
-            let permit = Arc::clone(permits).try_acquire_owned().ok();
-            let mut slot = std::mem::replace(slot, Box::pin(None));
-            tasks.spawn(async move {
-                let _permit = permit;
-                if let Some(handling) = slot.as_mut().as_pin_mut()
-                    && let Err(panic) = handling.await
-                {
-                    std::panic::resume_unwind(panic);
-                }
-            });
-            Err(deadline)
-        }
     }
 }

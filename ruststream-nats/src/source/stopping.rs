@@ -10,10 +10,13 @@
 //! deadline (less [`RELEASE_MARGIN`]) is released, and that release costs the delivery count
 //! (the server's, which no client can undo).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
+use ruststream::__private::panic_message;
 use ruststream::settle::DeliveryModel;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
@@ -21,7 +24,7 @@ use tokio::time::Instant;
 
 use super::handling::Unit;
 use super::lanes::Lanes;
-use super::{Source, StopSignal};
+use super::{Looked, Source, StopSignal};
 use crate::executor::Incoming;
 
 /// How long before the drain deadline the source stops starting the deliveries it still holds
@@ -105,6 +108,9 @@ impl Source {
         if let Some(ahead) = self.ahead.take() {
             return Some(ahead);
         }
+        if let Some(Looked::Ended) = self.looked.take() {
+            return None;
+        }
         loop {
             match tokio::time::timeout_at(deadline, self.messages.next()).await {
                 Ok(Some(Ok(raw))) => return Some(self.incoming(raw)),
@@ -141,6 +147,107 @@ impl Source {
             self.handling.executor.release(&incoming).await;
         }
     }
+}
+
+impl Source {
+    /// The broker began stopping while a unit ran in place: it finishes alongside the drain,
+    /// holding the one handler slot, so what the transport still hands over waits for it (and
+    /// a JetStream delivery that cannot start in time is released). Returns how many handlers
+    /// were abandoned at the deadline.
+    pub(super) async fn stop_in_place(
+        &mut self,
+        in_place: Pin<&mut impl Future<Output = std::thread::Result<Option<ruststream::Delivery>>>>,
+        deadline: Instant,
+        permits: &Arc<Semaphore>,
+        tasks: &mut JoinSet<()>,
+        lanes: Option<&Lanes>,
+    ) -> usize {
+        let registration = self.endpoint.name().to_owned();
+        let permit = Arc::clone(permits).try_acquire_owned().ok();
+        let finishing = async move {
+            let _permit = permit;
+            match tokio::time::timeout_at(deadline, in_place).await {
+                Ok(done) => {
+                    panicked(&registration, done.map(drop));
+                    0
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        registration,
+                        "the handler still ran at the drain timeout and was abandoned; its delivery is not settled (JetStream delivers it again after ack_wait)"
+                    );
+                    1
+                }
+            }
+        };
+        let drained = self.drain(deadline, false, permits, tasks, lanes);
+        let (abandoned, drained) = tokio::join!(finishing, drained);
+        abandoned + drained
+    }
+
+    /// Once the broker is stopping (its drain `deadline`): stops the subscription (unless it
+    /// `ended`), handles what the transport still hands over, and waits for the handlers in
+    /// flight until the deadline. Returns how many were abandoned there.
+    pub(super) async fn drain(
+        &mut self,
+        deadline: Instant,
+        ended: bool,
+        permits: &Arc<Semaphore>,
+        tasks: &mut JoinSet<()>,
+        lanes: Option<&Lanes>,
+    ) -> usize {
+        let model = self.endpoint.info().descriptor.model;
+        let last_start = last_start(model, deadline);
+        if !ended {
+            if tokio::time::timeout_at(deadline, self.unsubscribe.stop())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    registration = self.endpoint.name(),
+                    "the subscription did not stop before the drain deadline"
+                );
+            }
+            self.leftovers(model, permits, tasks, lanes, deadline, last_start)
+                .await;
+        }
+        if let Some(lanes) = lanes {
+            lanes.release_waiting(last_start).await;
+        }
+
+        let registration = self.endpoint.name();
+        let finished = tokio::time::timeout_at(deadline, async {
+            while let Some(result) = tasks.join_next().await {
+                joined(registration, result);
+            }
+        })
+        .await;
+        if finished.is_ok() {
+            return 0;
+        }
+        let abandoned = tasks.len();
+        tasks.abort_all();
+        tracing::warn!(
+            registration = self.endpoint.name(),
+            abandoned,
+            "handlers still ran at the drain timeout and were abandoned; their deliveries are not settled (JetStream delivers them again after ack_wait)"
+        );
+        abandoned
+    }
+}
+
+/// Logs a handling run in place that panicked outside the handler (the handler's own panics
+/// are caught and settled); says whether it did.
+pub(super) fn panicked(registration: &str, done: std::thread::Result<()>) -> bool {
+    let Err(panic) = done else {
+        return false;
+    };
+    tracing::error!(
+        registration,
+        panic = panic_message(&*panic),
+        "settling a delivery panicked"
+    );
+    true
 }
 
 /// Logs a handler task that panicked outside the handler (the handler's own panics are caught
