@@ -196,9 +196,7 @@ impl Handling {
             .await;
         }
     }
-}
 
-impl Handling {
     /// Runs the handler on `unit` through `dispatcher` and executes the decisions; resolves with
     /// a single delivery once it is settled, for the next message to be built in.
     pub(super) async fn run(&self, unit: Unit, dispatcher: &mut Dispatcher) -> Option<Delivery> {

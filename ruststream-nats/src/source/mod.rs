@@ -215,7 +215,7 @@ impl Source {
                 match done {
                     Ok(spent) => self.spent = spent,
                     Err(panic) => {
-                        panicked(self.endpoint.name(), Err(panic));
+                        panicked(self.endpoint.name(), &*panic);
                         // A panic outside the handler may have left the dispatcher mid-call: the
                         // next unit makes one.
                         own = None;
@@ -322,11 +322,8 @@ impl Source {
                 {
                     return Poll::Ready(Err(deadline));
                 }
-                match self.messages.poll_next_unpin(cx) {
-                    Poll::Ready(Some(Ok(raw))) => {
-                        let incoming = self.incoming(raw);
-                        Poll::Ready(Ok(Ok(Some(self.behind(incoming)))))
-                    }
+                match self.poll_message(cx) {
+                    Poll::Ready(Some(Ok(incoming))) => Poll::Ready(Ok(Ok(Some(incoming)))),
                     Poll::Ready(Some(Err(err))) => Poll::Ready(Ok(Err(err))),
                     Poll::Ready(None) => Poll::Ready(Ok(Ok(None))),
                     // Waiting: woken by a message or by the stop.
@@ -359,11 +356,8 @@ impl Source {
             return Some(self.behind(ahead));
         }
         let mut look = std::task::Context::from_waker(std::task::Waker::noop());
-        match self.messages.poll_next_unpin(&mut look) {
-            Poll::Ready(Some(Ok(raw))) => {
-                let incoming = self.incoming(raw);
-                Some(self.behind(incoming))
-            }
+        match self.poll_message(&mut look) {
+            Poll::Ready(Some(Ok(incoming))) => Some(incoming),
             Poll::Ready(Some(Err(err))) => {
                 self.looked = Some(Looked::Failed(err));
                 None
@@ -374,6 +368,22 @@ impl Source {
             }
             Poll::Pending => None,
         }
+    }
+
+    /// The transport's next message, taken ([`incoming`](Self::incoming)) and looked behind
+    /// ([`behind`](Self::behind)).
+    fn poll_message(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<Incoming, TransportError>>> {
+        self.messages.poll_next_unpin(cx).map(|next| {
+            next.map(|read| {
+                read.map(|raw| {
+                    let incoming = self.incoming(raw);
+                    self.behind(incoming)
+                })
+            })
+        })
     }
 
     /// `first`, and for a batch handler the messages ready with it, up to `batch`.

@@ -168,7 +168,9 @@ impl Source {
             let _permit = permit;
             match tokio::time::timeout_at(deadline, in_place).await {
                 Ok(done) => {
-                    panicked(&registration, done.map(drop));
+                    if let Err(panic) = done {
+                        panicked(&registration, &*panic);
+                    }
                     0
                 }
                 Err(_) => {
@@ -236,18 +238,14 @@ impl Source {
     }
 }
 
-/// Logs a handling run in place that panicked outside the handler (the handler's own panics
-/// are caught and settled); says whether it did.
-pub(super) fn panicked(registration: &str, done: std::thread::Result<()>) -> bool {
-    let Err(panic) = done else {
-        return false;
-    };
+/// Logs `panic`, from a handling run in place that panicked outside the handler (the
+/// handler's own panics are caught and settled).
+pub(super) fn panicked(registration: &str, panic: &(dyn std::any::Any + Send)) {
     tracing::error!(
         registration,
-        panic = panic_message(&*panic),
+        panic = panic_message(panic),
         "settling a delivery panicked"
     );
-    true
 }
 
 /// Logs a handler task that panicked outside the handler (the handler's own panics are caught
