@@ -53,6 +53,15 @@ pub(crate) struct DeliverySpan {
 }
 
 impl DeliverySpan {
+    /// No span and no log: for a delivery nothing can listen to, or whose span could not be
+    /// made.
+    fn none() -> Self {
+        Self {
+            span: tracing::Span::none(),
+            log: None,
+        }
+    }
+
     /// Runs `future` (what follows the handler: the settlement, a wait before a retry, the
     /// idempotency record) inside the delivery's span and with its [`DeliveryLog`], so that a
     /// warning it writes names the delivery in the generated `main`'s lines as in any other
@@ -90,10 +99,7 @@ pub(crate) fn delivery_span(endpoint: &Endpoint, delivery: &Delivery) -> Deliver
     // Nothing can listen (no subscriber takes info-level spans, no delivery log is written):
     // the span would be disabled, so none is made. The span macro checks the same first.
     if !tracing::level_enabled!(tracing::Level::INFO) && !DeliveryLog::wanted() {
-        return DeliverySpan {
-            span: tracing::Span::none(),
-            log: None,
-        };
+        return DeliverySpan::none();
     }
     std::panic::catch_unwind(AssertUnwindSafe(|| span_and_log(endpoint, delivery))).unwrap_or_else(
         |panic| {
@@ -102,10 +108,7 @@ pub(crate) fn delivery_span(endpoint: &Endpoint, delivery: &Delivery) -> Deliver
                 panic = panic_message(&*panic),
                 "making the delivery's span panicked (in a tracing layer); the delivery is handled without it"
             );
-            DeliverySpan {
-                span: tracing::Span::none(),
-                log: None,
-            }
+            DeliverySpan::none()
         },
     )
 }
@@ -376,10 +379,7 @@ mod tests {
         let durations =
             crate::test_metrics::Capture::histogram(ruststream::telemetry::names::HANDLER_DURATION);
         let metrics = metrics::with_local_recorder(&durations, || HandlerMetrics::new("timed"));
-        let span = DeliverySpan {
-            span: tracing::Span::none(),
-            log: None,
-        };
+        let span = DeliverySpan::none();
         warm_clock();
         let started = std::time::Instant::now();
         let decision = Decision {
